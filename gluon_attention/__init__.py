@@ -1,0 +1,15 @@
+"""gluon_attention: attention for Apache MXNet 1.9.1 Gluon (numpy interface).
+
+Conventions (README.md): mask polarity 1 = attend / may be selected, 0 = blocked; dimension
+letters B batch, K heads, L_q / L_m query / memory length, C_k / C_v per-head sizes, D units;
+attention layouts NKT, NTK, TNK; sequence layouts NT, TN.
+"""
+__version__ = '0.1.0'
+
+from .masking import (gen_self_attn_mask, gen_mem_attn_mask, valid_length_to_mask,
+                      combine_masks, mask_fill_like)
+from .functional import (masked_softmax, masked_log_softmax, l2_normalize, dot_attn_score,
+                         multi_head_dot_attn, select_vectors_by_position)
+from .seed_attend import attend, mask3d, fill_context_mask, dot
+from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
+                    MultiHeadAttention)

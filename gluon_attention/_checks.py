@@ -1,0 +1,139 @@
+"""Argument validation shared by every public entry point.
+
+Every check raises ``ValueError`` (or ``TypeError`` for a wrong kind of object) whose message says
+what was expected and ends with what was received, e.g.
+``layout must be one of 'NKT', 'NTK', 'TNK'. Received: layout='NCHW'``.
+Checks that need tensor values or shapes run only imperatively (never inside a symbolic graph).
+"""
+import numbers
+
+import mxnet as mx
+import numpy as onp
+
+__all__ = ['fail', 'fail_type', 'is_symbol', 'check_choice', 'check_positive_int',
+           'check_probability', 'check_bool', 'check_rank', 'check_same_dim', 'check_mask',
+           'check_valid_length', 'check_index_range']
+
+# Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
+# built with large-tensor support (the PyPI wheel is not).
+MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def _format(received):
+    return ', '.join('{}={!r}'.format(k, v) for k, v in received.items())
+
+
+def fail(expected, **received):
+    """Raise ``ValueError('<expected>. Received: k=v, ...')``."""
+    raise ValueError('{}. Received: {}'.format(expected, _format(received)))
+
+
+def fail_type(expected, **received):
+    """Raise ``TypeError('<expected>. Received: k=v, ...')``."""
+    raise TypeError('{}. Received: {}'.format(expected, _format(received)))
+
+
+def is_symbol(x):
+    """True when ``x`` is a symbolic tensor (inside a hybridized graph)."""
+    return isinstance(x, mx.sym.Symbol)
+
+
+def is_tensor(x):
+    return isinstance(x, (mx.nd.NDArray, mx.sym.Symbol))
+
+
+def check_choice(name, value, choices):
+    """``value`` must be one of ``choices``."""
+    if value not in choices:
+        fail('{} must be one of {}'.format(name, ', '.join(repr(c) for c in choices)),
+             **{name: value})
+    return value
+
+
+def check_positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        fail('{} must be a positive integer'.format(name), **{name: value})
+    return int(value)
+
+
+def check_probability(name, value):
+    """A dropout rate: a real number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        fail('{} must be a number in [0, 1)'.format(name), **{name: value})
+    return float(value)
+
+
+def check_bool(name, value):
+    if not isinstance(value, (bool, onp.bool_)):
+        fail_type('{} must be a bool'.format(name), **{name: value})
+    return bool(value)
+
+
+def check_rank(name, x, ranks):
+    """Imperatively check that tensor ``x`` has one of the ranks in ``ranks``."""
+    if x is None or is_symbol(x):
+        return
+    if not isinstance(x, mx.nd.NDArray):
+        fail_type('{} must be an mxnet array'.format(name), **{name: type(x).__name__})
+    if x.ndim not in ranks:
+        fail('{} must have rank {}'.format(name, ' or '.join(str(r) for r in ranks)),
+             **{name + '.shape': x.shape})
+
+
+def check_same_dim(what, **named):
+    """Imperatively check that the given ``name=(tensor, axis)`` pairs agree in size."""
+    sizes = {n: t.shape[a] for n, (t, a) in named.items() if t is not None and not is_symbol(t)}
+    if len(set(sizes.values())) > 1:
+        fail('{} must agree'.format(what),
+             **{'{}.shape'.format(n): named[n][0].shape for n in sizes})
+
+
+def check_mask(mask, scores_shape, name='mask'):
+    """Imperatively check a 0/1 mask against the shape of the scores it masks.
+
+    The mask must have the scores' rank, every dimension equal to the scores' or 1, and only the
+    values 0 and 1 (bool, integer or float dtype).
+    """
+    if mask is None or is_symbol(mask):
+        return
+    if len(mask.shape) != len(scores_shape) or any(
+            m not in (1, s) for m, s in zip(mask.shape, scores_shape)):
+        fail('{} must have the rank of the scores {} with every dimension equal to theirs or 1'
+             .format(name, tuple(scores_shape)), **{name + '.shape': mask.shape})
+    if mask.dtype != onp.bool_ and mask.size:
+        values = mask.asnumpy()
+        if not onp.all((values == 0) | (values == 1)):
+            bad = values[(values != 0) & (values != 1)].ravel()[0]
+            fail('{} must hold only 0 and 1 (1 = attend, 0 = blocked; additive masks are not '
+                 'accepted)'.format(name), **{'a ' + name + ' value': float(bad)})
+
+
+def check_valid_length(valid_length, length, name='valid_length', batch_size=None):
+    """Imperatively check integer lengths in [0, length] (float lengths must be integral)."""
+    if valid_length is None or is_symbol(valid_length):
+        return
+    if not isinstance(valid_length, mx.nd.NDArray):
+        fail_type('{} must be an mxnet array of integer lengths'.format(name),
+                  **{name: type(valid_length).__name__})
+    values = valid_length.asnumpy()
+    if values.dtype.kind == 'f' and not onp.all(onp.isfinite(values) & (values == onp.round(values))):
+        fail('{} must hold integers (a float array must have integral values)'.format(name),
+             **{name: values.tolist()})
+    if values.dtype.kind not in 'iuf':
+        fail_type('{} must have an integer or float dtype'.format(name),
+                  **{name + '.dtype': str(values.dtype)})
+    if values.size and (values.min() < 0 or values.max() > length):
+        fail('{} must lie in [0, {}]'.format(name, length), **{name: values.tolist()})
+    if batch_size is not None and values.shape[:1] != (batch_size,):
+        fail('{} must have batch size {} on axis 0'.format(name, batch_size),
+             **{name + '.shape': values.shape})
+
+
+def check_index_range(num_elements, what='the attention scores'):
+    """Refuse tensors that 32-bit indexing cannot address, before any kernel runs (CASES C17)."""
+    if num_elements > MAX_ELEMENTS:
+        fail('{} would have {} elements, more than the {} that MXNet 1.9.1 kernels can index; '
+             'memory is O(B*K*L_q*L_m): split the batch or use chunked attention'.format(
+                 what, num_elements, MAX_ELEMENTS), num_elements=num_elements)
