@@ -1,0 +1,89 @@
+"""Shared test configuration: tolerances, seeds, hybridize modes, markers.
+
+Every tolerance and seed used by the suite lives here, so a change of numerical
+policy is one edit. ``GA_FULL_TESTS=1`` enlarges the shape sweeps.
+"""
+import os
+
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+
+import mxnet as mx  # noqa: E402
+import numpy as onp  # noqa: E402
+import pytest  # noqa: E402
+from mxnet import npx  # noqa: E402
+
+npx.set_np()
+
+# Tolerances: float32 against the float64 oracle, float16 against float32 / the oracle,
+# hybridized against imperative (same float32 kernels, so tighter).
+RTOL = {'float32': 1e-5, 'float16': 1e-2, 'float64': 1e-10}
+ATOL = {'float32': 1e-5, 'float16': 1e-2, 'float64': 1e-10}
+HYBRID_TOL = 1e-6
+PEER_TOL = 1e-5
+SEED = 1234
+FULL = os.environ.get('GA_FULL_TESTS', '0') == '1'
+HYBRID_MODES = ('imperative', 'hybridize', 'static')
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: long-running test (run with GA_FULL_TESTS=1)')
+    config.addinivalue_line('markers', 'gpu: needs a GPU context')
+
+
+def pytest_collection_modifyitems(config, items):
+    if FULL:
+        return
+    skip = pytest.mark.skip(reason='slow: set GA_FULL_TESTS=1')
+    for item in items:
+        if 'slow' in item.keywords:
+            item.add_marker(skip)
+
+
+def num_gpus():
+    try:
+        return mx.context.num_gpus()
+    except Exception:  # pragma: no cover - CPU wheel without CUDA
+        return 0
+
+
+requires_gpu = pytest.mark.skipif(num_gpus() == 0, reason='no GPU available')
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Deterministic NumPy and MXNet random streams for every test."""
+    onp.random.seed(SEED)
+    mx.random.seed(SEED)
+    yield
+
+
+@pytest.fixture
+def rng():
+    return onp.random.RandomState(SEED)
+
+
+def hybridize_mode(block, mode):
+    """Put ``block`` in one of HYBRID_MODES and return it."""
+    if mode == 'hybridize':
+        block.hybridize()
+    elif mode == 'static':
+        block.hybridize(static_alloc=True, static_shape=True)
+    elif mode != 'imperative':
+        raise ValueError(mode)
+    return block
+
+
+@pytest.fixture(params=HYBRID_MODES)
+def hybrid_mode(request):
+    """Each block test runs imperative, hybridize() and hybridize(static_alloc, static_shape)."""
+    return request.param
+
+
+def tol(dtype='float32'):
+    """keyword tolerances for numpy.testing.assert_allclose."""
+    return dict(rtol=RTOL[str(dtype)], atol=ATOL[str(dtype)])
+
+
+def sweep(small, full):
+    """The list of cases for a shape sweep: ``full`` under GA_FULL_TESTS=1."""
+    return list(full) if FULL else list(small)
