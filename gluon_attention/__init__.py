@@ -13,3 +13,4 @@ from .functional import (masked_softmax, masked_log_softmax, l2_normalize, dot_a
 from .seed_attend import attend, mask3d, fill_context_mask, dot
 from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
                     MultiHeadAttention)
+from .encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
