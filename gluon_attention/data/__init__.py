@@ -1,0 +1,2 @@
+"""Data pipelines: SQuAD reading, features, official metric and span decoding (``squad``,
+``squad_metric``)."""
