@@ -1,2 +1,2 @@
-"""Data pipelines: SQuAD reading, features, official metric and span decoding (``squad``,
-``squad_metric``)."""
+"""Data pipelines. SQuAD: ``squad`` (the whole QA data path; reading and shipped files) built on
+``squad_features``, ``squad_metric`` and ``squad_decode``. SNLI: ``snli``."""
