@@ -98,7 +98,7 @@ def test_l2_normalize_zero_vector_and_axis():
 
 SCORE_SHAPES = sweep([((2, 3), 5, 7, 11), ((1,), 1, 1, 1), ((2,), 5, 3, 7)],
                      [((2, 3), 5, 7, 11), ((1,), 1, 1, 1), ((2,), 5, 3, 7), ((3, 2, 5), 7, 1, 2),
-                      ((), 3, 5, 13)])
+                      ((7,), 3, 5, 13)])
 
 
 @pytest.mark.parametrize('batch,lq,lm,units', SCORE_SHAPES)
