@@ -26,7 +26,7 @@ from .._checks import check_positive_int, fail, fail_type
 
 __all__ = ['LABELS', 'PAD', 'UNK', 'NLIPairs', 'tokenize', 'normalize_text', 'read_snli_jsonl',
            'read_snli_lines', 'read_snli', 'concat_pairs', 'remove_overlap', 'Vocab',
-           'encode_pairs', 'pad_batch', 'bucket_batches', 'iter_batches',
+           'encode_pairs', 'pad_batch', 'bucket_batches', 'Batch', 'iter_batches',
            'classification_metrics', 'resource_path', 'default_paths']
 
 LABELS = ('entailment', 'contradiction', 'neutral')
@@ -322,18 +322,26 @@ def bucket_batches(lengths, batch_size, rng=None):
     return batches
 
 
-def iter_batches(encoded, batch_size, rng=None, pad_id=0):
-    """Yield ``(premise, hypothesis, premise_valid_length, hypothesis_valid_length, labels)``.
+Batch = collections.namedtuple('Batch', ['premise', 'hypothesis', 'premise_valid_length',
+                                         'hypothesis_valid_length', 'labels', 'index'])
+Batch.__doc__ = """One padded batch (NumPy arrays).
 
-    ``encoded`` is the output of :func:`encode_pairs`. Ids are int32 (B, L_p) and (B, L_h), valid
-    lengths int32 (B,), labels int32 (B,), all NumPy arrays; see :func:`bucket_batches` for ``rng``.
+premise int32 (B, L_p), hypothesis int32 (B, L_h), premise_valid_length and
+hypothesis_valid_length int32 (B,), labels int32 (B,), index int64 (B,): the rows of the encoded
+data set the batch holds. ``batch[:4]`` are the model inputs in call order."""
+
+
+def iter_batches(encoded, batch_size, rng=None, pad_id=0):
+    """Yield length-bucketed :class:`Batch` es covering ``encoded`` (from :func:`encode_pairs`).
+
+    See :func:`bucket_batches` for ``rng`` (shuffled when given, sorted by length otherwise).
     """
     premises, hypotheses, labels = encoded
     lengths = [max(len(p), len(h)) for p, h in zip(premises, hypotheses)]
     for index in bucket_batches(lengths, batch_size, rng):
         premise, premise_length = pad_batch([premises[i] for i in index], pad_id)
         hypothesis, hypothesis_length = pad_batch([hypotheses[i] for i in index], pad_id)
-        yield premise, hypothesis, premise_length, hypothesis_length, labels[index]
+        yield Batch(premise, hypothesis, premise_length, hypothesis_length, labels[index], index)
 
 
 def classification_metrics(labels, predictions, baseline_label=None, names=LABELS):
