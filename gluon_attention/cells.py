@@ -12,7 +12,8 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
 from . import _checks, layout as _layout
-from .functional import _cast_nested, _to_float32, masked_softmax, multi_head_dot_attn
+from .functional import (_cast_nested, _to_float32, masked_softmax, multi_head_dot_attn,
+                         zero_unattended)
 from .masking import get_F
 
 __all__ = ['AdditiveAttention', 'DotProductAttention', 'MultiHeadAttentionCell',
@@ -25,7 +26,7 @@ class Float32OnCPU(HybridBlock):
     def forward(self, x, *args):  # pylint: disable=arguments-differ
         inputs = (x,) + args
         if not any(isinstance(a, mx.nd.NDArray) and a.dtype == 'float16'
-                   and a.context.device_type == 'cpu' for a in inputs):
+                   and a.ctx.device_type == 'cpu' for a in inputs):
             return super().forward(x, *args)
         out = super().forward(*[_to_float32(a) for a in inputs])
         return _cast_nested(out, 'float16')
@@ -52,10 +53,10 @@ def attend_scores(scores, value, mask, dropout):
     weights = masked_softmax(scores, mask, axis=-1)
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
-    return F.npx.batch_dot(weights, value), weights
+    return F.npx.batch_dot(weights, zero_unattended(value, mask)), weights
 
 
-def _check_qkv(query, key, value, valid_length):
+def _check_qkv(query, key, value, valid_length, scores_need_same_size=True):
     for name, x in (('query', query), ('key', key), ('value', value)):
         _checks.check_rank(name, x, (3,))
     if _checks.is_symbol(query):
@@ -63,6 +64,9 @@ def _check_qkv(query, key, value, valid_length):
     _checks.check_same_dim('query, key and value batch sizes', query=(query, 0), key=(key, 0),
                            value=(value, 0))
     _checks.check_same_dim('key and value lengths', key=(key, 1), value=(value, 1))
+    if query.shape[2] != key.shape[2] and scores_need_same_size:
+        _checks.fail('query and key must have the same feature size C',
+                     **{'query.shape': query.shape, 'key.shape': key.shape})
     _checks.check_index_range(query.shape[0] * query.shape[1] * key.shape[1])
     if valid_length is not None:
         _checks.check_rank('valid_length', valid_length, (1, 2))
@@ -137,7 +141,7 @@ class AdditiveAttention(Float32OnCPU):
             self.score_proj = nn.Dense(1, use_bias=False, flatten=False, prefix='score_')
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
-        _check_qkv(query, key, value, valid_length)
+        _check_qkv(query, key, value, valid_length, scores_need_same_size=False)
         features = F.np.tanh(F.np.expand_dims(self.query_proj(query), 2)      # (B, L_q, 1, H)
                              + F.np.expand_dims(self.key_proj(key), 1))       # (B, 1, L_m, H)
         scores = F.np.squeeze(self.score_proj(features), -1)                  # (B, L_q, L_m)
@@ -231,7 +235,7 @@ class MultiHeadAttention(Float32OnCPU):
             self.attention = MultiHeadAttentionCell(units, num_heads, dropout, layout='NTK')
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
-        _check_qkv(query, key, value, valid_length)
+        _check_qkv(query, key, value, valid_length, scores_need_same_size=False)
         heads = (-2, -2, self._num_heads, -1)                                 # (B, L, K, D/K)
         query = F.npx.reshape(self.query_proj(query), heads)
         key_heads = F.npx.reshape(self.key_proj(key), heads)

@@ -26,7 +26,7 @@ def float32_on_cpu(func):
     """
     def wrapper(*args, **kwargs):
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, mx.nd.NDArray)]
-        if not any(t.dtype == 'float16' and t.context.device_type == 'cpu' for t in tensors):
+        if not any(t.dtype == 'float16' and t.ctx.device_type == 'cpu' for t in tensors):
             return func(*args, **kwargs)
         args = [_to_float32(a) for a in args]
         kwargs = {k: _to_float32(v) for k, v in kwargs.items()}
@@ -111,6 +111,27 @@ def masked_log_softmax(att_score, mask=None, axis=-1):
     return F.np.where(mask, log_weights, F.np.full_like(log_weights, float('-inf')))
 
 
+def zero_unattended(value, mask, layout='NT'):
+    """Zero the memory rows of ``value`` that no query may attend, so that NaN or garbage in
+    padding never reaches an output through 0 * NaN in the weighted sum.
+
+    value : (B, L_m, C) for ``'NT'`` or a per-head tensor in ``'NKT'``/``'NTK'``/``'TNK'``;
+    mask : 0/1 (B, L_q, L_m) (L_q may be 1) or None, in which case ``value`` is returned.
+    """
+    if mask is None:
+        return value
+    F = get_F(value)
+    used = F.np.max(mask.astype('float32'), axis=1)                          # (B, L_m)
+    if layout == 'TNK':
+        used = used.T                                                        # (L_m, B)
+    used = F.np.expand_dims(used, -1)                                        # (B, L_m, 1)
+    if layout == 'NKT':
+        used = F.np.expand_dims(used, 1)                                     # (B, 1, L_m, 1)
+    elif layout in ('NTK', 'TNK'):
+        used = F.np.expand_dims(used, -1)                                    # (., ., 1, 1)
+    return F.np.where(used > 0, value, F.np.zeros_like(value))
+
+
 def l2_normalize(data, axis=-1, eps=1e-6):
     """``data / (||data||_2 + eps)`` along ``axis`` (eps is added to the norm, so 0 maps to 0).
 
@@ -146,6 +167,13 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     """
     _checks.check_choice('layout', layout, ('NT', 'TN'))
     F = get_F(query)
+    if not _checks.is_symbol(query):
+        batch = (query.shape[1:-1], key.shape[1:-1]) if layout == 'TN' else (
+            query.shape[:-2], key.shape[:-2])
+        if batch[0] != batch[1] or query.shape[-1] != key.shape[-1]:
+            _checks.fail('query and key must share their batch dimensions and feature size C '
+                         '(layout {})'.format(layout),
+                         **{'query.shape': query.shape, 'key.shape': key.shape})
     if layout == 'TN':
         _checks.check_rank('query', query, (3,))
         query, key = F.np.swapaxes(query, 0, 1), F.np.swapaxes(key, 0, 1)
@@ -246,16 +274,18 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     logits = scores
     if scaled and temperature is None:          # in a graph without query_head_units
         logits = scores * _inverse_sqrt_units(F, query)
+    mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
     weights = masked_softmax(logits, mask, axis=-1, temperature=temperature)
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
+    value = zero_unattended(value, mask_3d, layout)
     if use_einsum:
         context = F.npx.reshape(F.np.einsum(context_eq, weights, value), (-2, -2, -1))
     else:
-        context = _layout.merge_heads(
-            F, F.npx.batch_dot(weights, _layout.to_nkt(value, layout)), layout)
+        value = _layout.to_nkt(value, layout)                               # (B, K, L_m, C_v)
+        context = _layout.merge_heads(F, F.npx.batch_dot(weights, value), layout)
     return context, [scores, weights]
 
 
