@@ -14,3 +14,4 @@ from .seed_attend import attend, mask3d, fill_context_mask, dot
 from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
                     MultiHeadAttention)
 from .encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
+from .nli import Attend, Compare, Aggregate, DecomposableAttention
