@@ -69,7 +69,7 @@ def import_block(prefix, ctx=None):
     params = '%s-%04d.params' % (prefix, spec['epoch'])
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')     # "Cannot decide type for the following arguments"
-        with mx.util.np_array(True), mx.util.np_shape(True):
+        with mx.util.np_shape(True), mx.util.np_array(True):
             block = mx.gluon.SymbolBlock.imports('%s-symbol.json' % prefix,
                                                  spec['graph_input_names'], params,
                                                  ctx=ctx or mx.cpu())
@@ -81,7 +81,7 @@ def run_exported(prefix, batches, ctx=None):
     block, spec = import_block(prefix, ctx)
     ctx = ctx or mx.cpu()
     outputs = []
-    with mx.util.np_array(True), mx.util.np_shape(True):
+    with mx.util.np_shape(True), mx.util.np_array(True):
         for batch in batches:
             inputs = [mx.np.array(x, dtype=x.dtype, ctx=ctx) for x in batch]
             out = block(*inputs)
