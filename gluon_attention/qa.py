@@ -11,7 +11,8 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
 from . import _checks
-from .functional import masked_log_softmax, masked_softmax, select_vectors_by_position
+from .functional import (float32_on_cpu, masked_log_softmax, masked_softmax,
+                         select_vectors_by_position)
 from .masking import get_F
 
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
@@ -44,6 +45,9 @@ class ModelForQAConditional(HybridBlock):
     ``(start_logits (B, T), end_logits (B, T), answerable_logits (B, 2))``: log-probabilities,
     the end conditioned on the given (gold) start, -inf where ``p_mask`` is 0; answerable class 0
     = answerable, class 1 = impossible.
+
+    float16: the heads keep float32 parameters; a float16 contextual embedding on a CPU (where
+    MXNet 1.9.1 has no float16 GEMM) is computed in float32 and the logits return as float16.
     """
 
     def __init__(self, backbone, units=384, dropout=0.1, activation='tanh',
@@ -65,10 +69,12 @@ class ModelForQAConditional(HybridBlock):
         F = get_F(contextual_embedding)
         return F.np.squeeze(self.start_scores(contextual_embedding), -1)        # (B, T)
 
+    @float32_on_cpu
     def get_start_logits(self, contextual_embedding, p_mask):
         """(B, T, C) embeddings, (B, T) p_mask -> (B, T) start log-probabilities."""
         return masked_log_softmax(self._start_scores(contextual_embedding), p_mask)
 
+    @float32_on_cpu
     def get_end_logits(self, contextual_embedding, start_positions, p_mask):
         """End log-probabilities conditioned on each start.
 
@@ -84,6 +90,7 @@ class ModelForQAConditional(HybridBlock):
         scores = F.np.squeeze(self.end_scores(features), -1)                     # (B, N, T)
         return masked_log_softmax(scores, F.np.expand_dims(p_mask, 1))
 
+    @float32_on_cpu
     def get_answerable_logits(self, contextual_embedding, p_mask):
         """(B, T, C), (B, T) -> (B, 2) log-probabilities (0 answerable, 1 impossible).
 
