@@ -1,0 +1,78 @@
+"""Smoke run of scripts/run_squad.py: train a few steps, evaluate, export, reload, check."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--max-steps', '3', '--checkpoint-every', '2', '--max-train-features', '24',
+        '--max-eval-examples', '12', '--batch-size', '4', '--eval-batch-size', '8',
+        '--max-seq-length', '96', '--eval-max-seq-length', '128', '--doc-stride', '32',
+        '--max-query-length', '24', '--threads', '1', '--seed', '3']
+OFFICIAL_KEYS = {'exact', 'f1', 'total', 'HasAns_exact', 'HasAns_f1', 'NoAns_exact', 'NoAns_f1',
+                 'best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'}
+
+
+def run_script(output_dir, *extra):
+    env = dict(os.environ, PYTHONWARNINGS='ignore')
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'run_squad.py'),
+                           '--output-dir', str(output_dir)] + TINY + list(extra),
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.fixture(scope='module')
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp('squad')
+    proc = run_script(out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc
+
+
+def test_outputs_have_official_format(smoke_run):
+    out, _ = smoke_run
+    metrics = json.loads((out / 'metrics.json').read_text())
+    assert OFFICIAL_KEYS <= set(metrics)
+    assert {'train_seconds', 'train_features_per_second', 'eval_seconds'} <= set(metrics)
+    assert metrics['total'] == 12
+    predictions = json.loads((out / 'predictions.json').read_text())
+    null_odds = json.loads((out / 'null_odds.json').read_text())
+    assert set(predictions) == set(null_odds) and len(predictions) == 12
+    assert all(isinstance(v, str) for v in predictions.values())
+    # the threshold rule: '' exactly where the score difference exceeds the default 0.0
+    nbest = json.loads((out / 'nbest_predictions.json').read_text())
+    for qid, text in predictions.items():
+        if null_odds[qid] > 0.0:
+            assert text == ''
+        elif nbest[qid]:
+            assert text == nbest[qid][0]['text']
+
+
+def test_export_reload_in_fresh_process_matches(smoke_run):
+    out, proc = smoke_run
+    check = json.loads((out / 'export' / 'check.json').read_text())
+    assert check['status'] == 'ok' and check['identical'] == check['total'] == 12
+    assert check['max_abs_diff'] < 1e-4
+    assert 'export check: 12/12' in proc.stdout
+    spec = json.loads((out / 'export' / 'qa-inputs.json').read_text())
+    assert spec['input_names'] == ['input_ids', 'token_types', 'valid_length', 'p_mask']
+    assert (out / 'export' / 'qa-symbol.json').exists()
+
+
+def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
+    out, _ = smoke_run
+    before = json.loads((out / 'metrics.json').read_text())
+    proc = run_script(out, '--skip-export')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'resuming from step 3 of 3' in proc.stdout
+    after = json.loads((out / 'metrics.json').read_text())
+    timing = {'train_seconds', 'train_features_per_second', 'eval_seconds'}
+    assert {k: v for k, v in before.items() if k not in timing} == \
+        {k: v for k, v in after.items() if k not in timing}
+
+
+def test_bad_ctx_is_a_clear_error(tmp_path):
+    proc = run_script(tmp_path, '--ctx', 'tpu(0)')
+    assert proc.returncode != 0
+    assert "ctx must look like" in proc.stderr and 'Received:' in proc.stderr
