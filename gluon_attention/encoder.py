@@ -281,7 +281,7 @@ class BertEncoder(HybridBlock):
         return self.encoder(data, valid_length)                          # (B, T, D)
 
     @classmethod
-    def from_pretrained(cls, path=None, ctx=None):
+    def from_pretrained(cls, path=None, ctx=None, **overrides):
         """Build a BertEncoder from a BERT checkpoint folder and load its weights exactly.
 
         Parameters
@@ -292,6 +292,9 @@ class BertEncoder(HybridBlock):
             prefix). ``None`` means :func:`default_model_dir` (all-MiniLM-L6-v2).
         ctx : mxnet.Context or list of Context, optional
             Where the parameters live; the current context by default.
+        **overrides
+            ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
+            recipes often change them; the weights are unaffected).
 
         Returns
         -------
@@ -313,6 +316,11 @@ class BertEncoder(HybridBlock):
         weights_file = _require_file(folder, 'model.safetensors')
         from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
         tensors = load_file(str(weights_file))
+        unknown = set(overrides) - {'dropout', 'attention_dropout'}
+        if unknown:
+            _checks.fail('from_pretrained overrides only dropout and attention_dropout',
+                         overrides=sorted(unknown))
+        config.update(overrides)
         block = cls(**config)
         block.initialize(ctx=ctx)
         _load_bert_tensors(block, tensors, str(weights_file))

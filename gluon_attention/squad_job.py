@@ -31,7 +31,8 @@ INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 RUN_KEYS = ('train_file', 'extra_train_file', 'exclude_titles', 'model_dir', 'max_seq_length',
             'doc_stride', 'max_query_length', 'impossible_ratio', 'batch_size', 'lr', 'epochs',
             'max_steps', 'max_train_features', 'warmup_ratio', 'weight_decay', 'max_grad_norm',
-            'answerable_weight', 'freeze_word_embeddings', 'classifier_dropout', 'seed')
+            'answerable_weight', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
+            'attention_dropout', 'seed')
 
 
 def _path(name):
@@ -78,7 +79,8 @@ def load_data(args, tokenizer):
 
 
 def build_model(model_dir, args, contexts):
-    backbone = BertEncoder.from_pretrained(model_dir)
+    backbone = BertEncoder.from_pretrained(model_dir, dropout=args.dropout,
+                                           attention_dropout=args.attention_dropout)
     model = ModelForQAConditional(backbone, units=backbone.config['units'],
                                   dropout=args.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):

@@ -73,7 +73,8 @@ def clip_global_norm(grads, max_norm):
 
     Returns the norm before clipping (a Python float).
     """
-    total = math.sqrt(sum(float((g.astype('float32') ** 2).sum()) for g in grads))
+    squares = [(g.astype('float32') ** 2).sum() for g in grads]
+    total = math.sqrt(float(mx.np.stack(squares).sum()))      # one synchronisation
     if max_norm and total > max_norm:
         for g in grads:
             g *= max_norm / (total + 1e-6)

@@ -53,6 +53,9 @@ def parse_args(argv=None):
                    help='weight of the answerable loss against the span loss')
     p.add_argument('--freeze-word-embeddings', type=int, default=1, choices=(0, 1))
     p.add_argument('--classifier-dropout', type=float, default=0.1)
+    p.add_argument('--dropout', type=float, default=0.1, help='encoder hidden dropout')
+    p.add_argument('--attention-dropout', type=float, default=0.0,
+                   help='encoder attention dropout (0 skips the (B,K,T,T) dropout entirely)')
     p.add_argument('--n-best-size', type=int, default=20)
     p.add_argument('--max-answer-length', type=int, default=30)
     p.add_argument('--start-top-n', type=int, default=5)

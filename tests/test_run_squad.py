@@ -76,3 +76,16 @@ def test_bad_ctx_is_a_clear_error(tmp_path):
     proc = run_script(tmp_path, '--ctx', 'tpu(0)')
     assert proc.returncode != 0
     assert "ctx must look like" in proc.stderr and 'Received:' in proc.stderr
+
+
+def test_export_inference_script_round_trip(tmp_path):
+    """scripts/export_inference.py: export, reload in a fresh process at another B and T."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'export_inference.py'),
+                           '--block', 'dot_product', '--threads', '1',
+                           '--output-prefix', str(tmp_path / 'dpa')],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout[proc.stdout.index('{'):])
+    assert report['ok'] and report['max_abs_diff'] <= 1e-5
+    assert os.path.exists(report['symbol']) and os.path.exists(report['inputs'])
