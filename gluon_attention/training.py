@@ -108,31 +108,37 @@ class AdamW:
         grads = []
         for p in self.params:
             first, *rest = p.list_grad()
-            grad = first.copy()
-            for other in rest:
-                grad += other.as_in_ctx(first.ctx)
-            grads.append(grad)
+            if rest:
+                first = first.copy()
+                for other in rest:
+                    first += other.as_in_ctx(first.ctx)
+            grads.append(first)
         return grads
 
     def step(self, lr, max_grad_norm=1.0, scale=1.0):
-        """One update with learning rate ``lr``; gradients are multiplied by ``scale`` first.
+        """One update with learning rate ``lr``; gradients are multiplied by ``scale`` first
+        and clipped to a global norm of ``max_grad_norm`` (0 or None: no clipping).
 
-        Returns the gradient norm before clipping.
+        Uses MXNet's fused ``adamw_update`` kernel in place (one pass per parameter):
+        ``w -= lr * (sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps) + wd * w)``.
+        Returns the gradient norm before clipping (of the scaled gradients).
         """
         grads = self._summed_grads()
-        if scale != 1.0:
-            for g in grads:
-                g *= scale
-        norm = clip_global_norm(grads, max_grad_norm)
+        squares = [(g.astype('float32') ** 2).sum() for g in grads]
+        norm = scale * math.sqrt(float(mx.np.stack(squares).sum()))   # one synchronisation
+        if max_grad_norm and norm > max_grad_norm:
+            scale *= max_grad_norm / (norm + 1e-6)
         self.num_update += 1
         (beta1, beta2), t = self.betas, self.num_update
-        step_size = lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+        alpha = math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
         for p, g, m, v, wd in zip(self.params, grads, self.mean, self.var, self.decay):
-            m[:] = beta1 * m + (1 - beta1) * g
-            v[:] = beta2 * v + (1 - beta2) * g * g
-            weight = p.data(m.ctx)
-            new = weight - step_size * m / (mx.np.sqrt(v) + self.epsilon) - lr * wd * weight
-            p.set_data(new)
+            weight = p.data(m.ctx).as_nd_ndarray()
+            mx.nd.contrib.adamw_update(
+                weight, g.as_nd_ndarray(), m.as_nd_ndarray(), v.as_nd_ndarray(),
+                rescale_grad=mx.nd.array([scale], ctx=m.ctx), lr=alpha, eta=lr, beta1=beta1,
+                beta2=beta2, epsilon=self.epsilon, wd=wd, out=weight)
+            if len(p.list_ctx()) > 1:
+                p.set_data(p.data(m.ctx))
         return norm
 
     def state_dict(self):
