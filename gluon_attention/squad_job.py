@@ -59,6 +59,10 @@ def load_data(args, tokenizer):
         examples += squad.read_squad(_path(args.extra_train_file), exclude_titles=exclude)
     if not args.version_2_with_negative:
         examples = [e for e in examples if not e.is_impossible]
+    unique = {}
+    for example in examples:        # the v1.1 and v2.0 files share answerable questions
+        unique.setdefault((example.question.strip(), example.context), example)
+    examples = list(unique.values())
     stats = {}
     features = squad.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
