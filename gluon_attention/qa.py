@@ -155,16 +155,31 @@ class QAInference(HybridBlock):
         return decode_heads(self.model, embedding, p_mask, *self._top_n)
 
 
+def _check_loss_inputs(start_logits, start_position, end_position, is_impossible):
+    """Imperatively: gold positions in [0, T) and labels in {0, 1}, one per batch row (npx.pick
+    would silently clip an out-of-range index)."""
+    _checks.check_rank('start_logits', start_logits, (2,))
+    batch, length = start_logits.shape
+    for name, x, high in (('start_position', start_position, length - 1),
+                          ('end_position', end_position, length - 1),
+                          ('is_impossible', is_impossible, 1)):
+        _checks.check_rank(name, x, (1,))
+        _checks.check_valid_length(x, high, name, batch_size=batch)
+
+
 def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_position,
             is_impossible, answerable_weight=1.0):
     """Mean negative log-likelihood of the gold span plus the weighted answerable loss.
 
     start_logits, end_logits (B, T) and answerable_logits (B, 2) are log-probabilities;
     start_position, end_position, is_impossible are int (B,). Impossible features point at
-    [CLS] (position 0). Returns a () array:
+    [CLS] (position 0). Imperatively, positions outside [0, T), labels other than 0/1 or a
+    batch size other than B raise ValueError. Returns a () array:
     ``-0.5 * mean(start[gold] + end[gold]) - answerable_weight * mean(answerable[is_impossible])``.
     """
     F = get_F(start_logits)
+    if not _checks.is_symbol(start_logits):
+        _check_loss_inputs(start_logits, start_position, end_position, is_impossible)
     span = F.npx.pick(start_logits, start_position, axis=-1) + \
         F.npx.pick(end_logits, end_position, axis=-1)
     answerable = F.npx.pick(answerable_logits, is_impossible, axis=-1)

@@ -18,10 +18,13 @@ from .functional import float32_on_cpu, masked_softmax
 __all__ = ['attend', 'mask3d', 'fill_context_mask', 'dot']
 
 
-def _check_sizes(sizes, name='sizes'):
+def _check_sizes(sizes, name='sizes', batch_size=None):
     if not isinstance(sizes, (list, tuple)) or not all(
             isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in sizes):
         _checks.fail_type('{} must be a list of non-negative ints'.format(name), **{name: sizes})
+    if batch_size is not None and len(sizes) != batch_size:
+        _checks.fail('{} must hold one size per batch item ({})'.format(name, batch_size),
+                     **{name: sizes})
 
 
 def mask3d(value, sizes):
@@ -38,7 +41,7 @@ def mask3d(value, sizes):
     masked : mx.np.ndarray (B, N, D), a new array in ``value``'s dtype.
     """
     _checks.check_rank('value', value, (3,))
-    _check_sizes(sizes)
+    _check_sizes(sizes, batch_size=value.shape[0])
     keep = onp.arange(value.shape[1])[None, :] < onp.asarray(sizes, dtype='int64')[:, None]
     keep = mx.np.array(keep[:, :, None].astype(value.dtype), ctx=value.ctx)
     return value * keep
@@ -60,7 +63,7 @@ def fill_context_mask(mask, sizes, v_mask, v_unmask):
     mask : the same array, filled.
     """
     _checks.check_rank('mask', mask, (3,))
-    _check_sizes(sizes)
+    _check_sizes(sizes, batch_size=mask.shape[0])
     mask[:] = v_unmask
     for b, size in enumerate(sizes):
         if size < mask.shape[2]:
@@ -72,8 +75,13 @@ def fill_context_mask(mask, sizes, v_mask, v_unmask):
 def dot(a, b):
     """Batched dot products: ``c[i, j, k] = <a[i, j], b[i, k]>``.
 
-    a (B, M, D) and b (B, N, D) -> c (B, M, N).
+    a (B, M, D) and b (B, N, D) -> c (B, M, N). Raises ValueError for other ranks or shapes.
     """
+    _checks.check_rank('a', a, (3,))
+    _checks.check_rank('b', b, (3,))
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
+        _checks.fail('a and b must share the batch size B and the vector size D',
+                     **{'a.shape': a.shape, 'b.shape': b.shape})
     return mx.npx.batch_dot(a, b, transpose_b=True)
 
 
@@ -137,7 +145,7 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
                         'value.shape': value.shape})
     _checks.check_choice('normalize', normalize, ('softmax', 'sigmoid', 'identity'))
     if context_sizes is not None:
-        _check_sizes(context_sizes, 'context_sizes')
+        _check_sizes(context_sizes, 'context_sizes', batch_size=query.shape[0])
     scores = _scores(score, query, context)                                    # (B, M, N)
     keep = None
     if context_mask is None and context_sizes is not None:

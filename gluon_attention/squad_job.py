@@ -36,7 +36,12 @@ RUN_KEYS = ('train_file', 'extra_train_file', 'exclude_titles', 'model_dir', 'ma
 
 
 def _path(name):
-    return str(name) if os.path.exists(str(name)) else str(squad.default_data_path(name))
+    """A shipped data set's name -> its path; anything else is a path (read_squad reports a
+    missing file with its path)."""
+    name = str(name)
+    if name in squad.SQUAD_FILES and not os.path.exists(name):
+        return str(squad.default_data_path(name))
+    return name
 
 
 def tokenizer_and_model_dir(model_dir):

@@ -182,7 +182,7 @@ class CheckpointManager:
     """
 
     def __init__(self, folder, keep=2):
-        self.folder, self.keep = folder, keep
+        self.folder, self.keep = folder, _checks.check_positive_int('keep', keep)
         os.makedirs(folder, exist_ok=True)
         self.index_path = os.path.join(folder, 'checkpoints.json')
 

@@ -79,7 +79,10 @@ def main(argv=None):
     contexts = job.parse_ctx(args.ctx)
     os.makedirs(args.output_dir, exist_ok=True)
     tokenizer, model_dir = job.tokenizer_and_model_dir(args.model_dir)
-    train_features, eval_examples, eval_features = job.load_data(args, tokenizer)
+    try:
+        train_features, eval_examples, eval_features = job.load_data(args, tokenizer)
+    except (ValueError, OSError) as err:        # a missing or malformed data file
+        raise SystemExit('run_squad.py: error: {}'.format(err)) from None
     model = job.build_model(model_dir, args, contexts)
     start = time.time()
     trained_steps, steps_here = job.train(model, train_features, args, contexts)

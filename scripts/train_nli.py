@@ -80,10 +80,19 @@ def save_json(path, obj):
     os.replace(tmp, path)
 
 
+def read_pairs(snli, path):
+    """``snli.read_snli(path)``; a missing or malformed file ends the run with a one-line error
+    naming the file, the record and what is wrong (exit status 1), before anything is written."""
+    try:
+        return snli.read_snli(path)
+    except (ValueError, OSError) as err:
+        raise SystemExit('train_nli.py: error: {}'.format(err)) from None
+
+
 def load_data(args, snli):
     paths = snli.default_paths()
-    valid = snli.concat_pairs([snli.read_snli(p) for p in (args.valid or paths['valid'])])
-    train = snli.read_snli(args.train or paths['train'])
+    valid = snli.concat_pairs([read_pairs(snli, p) for p in (args.valid or paths['valid'])])
+    train = read_pairs(snli, args.train or paths['train'])
     train, removed = snli.remove_overlap(train, valid)
     if args.max_train:
         train = snli.NLIPairs(train.premises[:args.max_train], train.hypotheses[:args.max_train],
@@ -203,7 +212,7 @@ def evaluate(args, ctx):
     from gluon_attention import nli
     from gluon_attention.data import snli
     model, vocab, config = load_model(args.model_dir, ctx)
-    pairs = snli.read_snli(args.evaluate)
+    pairs = read_pairs(snli, args.evaluate)
     encoded = snli.encode_pairs(pairs, vocab, config['max_length'])
     logits = nli.predict_logits(model, snli.iter_batches(encoded, 256), len(pairs), ctx)
     metrics = snli.classification_metrics(encoded[2], logits.argmax(1), config['majority_label'])
