@@ -30,9 +30,9 @@ def parse_args(argv=None):
     data = parser.add_argument_group('data')
     data.add_argument('--train', help='training data (default: packaged e-SNLI dev prefix)')
     data.add_argument('--valid', nargs='+', help='validation files (default: packaged jsonl)')
-    data.add_argument('--glove', default='sample',
-                      help="GloVe text file (.txt or .gz), 'sample' (packaged 100-word sample) "
-                           "or 'none'")
+    data.add_argument('--glove', default='none',
+                      help="GloVe text file (.txt or .gz), 'sample' (the packaged 100-word sample) "
+                           "or 'none' (default: the sample slows learning here, docs/nli.md)")
     data.add_argument('--min-count', type=int, default=1, help='vocabulary min count')
     data.add_argument('--max-length', type=int, default=50, help='truncate sentences (tokens)')
     data.add_argument('--max-train', type=int, help='use only the first N training pairs')
@@ -40,7 +40,7 @@ def parse_args(argv=None):
     model.add_argument('--embed-size', type=int, default=100)
     model.add_argument('--num-hiddens', type=int, default=200)
     model.add_argument('--dropout', type=float, default=0.2)
-    model.add_argument('--epochs', type=int, default=8)
+    model.add_argument('--epochs', type=int, default=6)
     model.add_argument('--max-steps', type=int, help='stop after this many updates (smoke runs)')
     model.add_argument('--batch-size', type=int, default=64)
     model.add_argument('--lr', type=float, default=1e-3, help='Adam learning rate')

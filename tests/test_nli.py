@@ -380,7 +380,7 @@ def test_script_smoke_train_export_evaluate_predict_plot(tmp_path, capsys):
     script = load_script()
     common = ['--threads', '1', '--no-progress', '--model-dir', str(tmp_path / 'run')]
     train = common + ['--max-train', '160', '--epochs', '2', '--max-steps', '3', '--batch-size', '16',
-                      '--embed-size', '100', '--num-hiddens', '8', '--seed', '7']
+                      '--embed-size', '100', '--num-hiddens', '8', '--seed', '7', '--glove', 'sample']
     metrics = script.main(train)
     saved = json.loads((tmp_path / 'run' / 'metrics.json').read_text())
     assert saved['accuracy'] == metrics['accuracy'] and saved['data']['train_pairs'] == 160
