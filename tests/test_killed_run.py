@@ -55,8 +55,10 @@ def _metrics(output_dir):
 
 def _wait_for_checkpoint(proc, index_path):
     deadline = time.time() + TIMEOUT
+    log = Path(str(index_path.parents[1]) + '.log')
     while not index_path.exists():
-        assert proc.poll() is None, 'the run ended before its first checkpoint'
+        assert proc.poll() is None, 'the run ended before its first checkpoint:\n' + \
+            log.read_text(errors='replace')[-3000:]
         assert time.time() < deadline, 'no checkpoint within {} s'.format(TIMEOUT)
         time.sleep(0.1)
 
@@ -175,3 +177,12 @@ def test_kill_at_every_checkpoint_and_truncate_latest(tmp_path):
     _finish(*reference, reference_dir)
     assert 'resuming from step 2 of 6' in text
     assert _metrics(killed_dir) == _metrics(reference_dir)
+
+
+@pytest.mark.slow
+def test_two_uninterrupted_runs_give_identical_metrics(tmp_path):
+    """Determinism: with one --seed, two fresh runs write the same metrics (timings aside)."""
+    runs = [_start(tmp_path / name) for name in ('one', 'two')]
+    for (proc, log), name in zip(runs, ('one', 'two')):
+        _finish(proc, log, tmp_path / name)
+    assert _metrics(tmp_path / 'one') == _metrics(tmp_path / 'two')
