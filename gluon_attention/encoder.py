@@ -18,7 +18,7 @@ import numpy as onp
 from mxnet.gluon import HybridBlock, nn
 
 from . import _checks
-from .cells import MultiHeadAttentionCell
+from .cells import Float32OnCPU, MultiHeadAttentionCell
 from .masking import gen_self_attn_mask
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder', 'default_model_dir']
@@ -33,7 +33,7 @@ def _weight_init():
 
 
 @mx.util.use_np
-class TransformerEncoderLayer(HybridBlock):
+class TransformerEncoderLayer(Float32OnCPU):
     """One post-norm Transformer encoder layer (BERT layout).
 
     Equivalent computation, with ``mha`` the scaled multi-head attention::
@@ -123,7 +123,7 @@ class TransformerEncoderLayer(HybridBlock):
 
 
 @mx.util.use_np
-class TransformerEncoder(HybridBlock):
+class TransformerEncoder(Float32OnCPU):
     """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one length mask.
 
     Parameters

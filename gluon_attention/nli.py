@@ -19,6 +19,7 @@ import numpy as onp
 from mxnet.gluon import nn
 
 from . import _checks
+from .cells import Float32OnCPU
 from .functional import masked_softmax
 from .masking import gen_mem_attn_mask, valid_length_to_mask
 
@@ -70,7 +71,7 @@ def _check_sentences(A, B, valid_length_A, valid_length_B, name_a='A', name_b='B
 
 
 @mx.util.use_np
-class Attend(nn.HybridBlock):
+class Attend(Float32OnCPU):
     """Soft alignment of two sentences (step 1 of Parikh et al., 2016; seed 002 #2), masked.
 
     Parameters
@@ -130,7 +131,7 @@ class Attend(nn.HybridBlock):
 
 
 @mx.util.use_np
-class Compare(nn.HybridBlock):
+class Compare(Float32OnCPU):
     """Compare each token with its aligned phrase (step 2 of Parikh et al., 2016).
 
     Parameters
@@ -159,7 +160,7 @@ class Compare(nn.HybridBlock):
 
 
 @mx.util.use_np
-class Aggregate(nn.HybridBlock):
+class Aggregate(Float32OnCPU):
     """Sum the comparison vectors over valid positions and classify (step 3 of Parikh et al.).
 
     Parameters

@@ -349,17 +349,7 @@ def test_float16_masked_softmax_scores_1e4():
     onp.testing.assert_allclose(w.astype('float32'), ref, **F16_TOL)
 
 
-NLI_F16 = pytest.mark.xfail(strict=True, raises=mx.base.MXNetError, reason=(
-    'nli.Attend (and Compare/Aggregate) derive from nn.HybridBlock, not cells.Float32OnCPU: '
-    'float16 inputs on a CPU reach float32 Dense weights and MXNet raises "Incompatible attr '
-    '... expected float16, got float32"'))
-ENCODER_F16 = pytest.mark.xfail(strict=True, raises=mx.base.MXNetError, reason=(
-    'encoder.TransformerEncoder(Layer) derives from HybridBlock, not Float32OnCPU: float16 '
-    'data on a CPU fails with "Incompatible attr ... expected float16, got float32"'))
-
-
-@pytest.mark.parametrize('name', [pytest.param('attend', marks=NLI_F16),
-                                  pytest.param('encoder', marks=ENCODER_F16)])
+@pytest.mark.parametrize('name', ['attend', 'encoder'])
 def test_float16_other_blocks(name):
     rng = onp.random.RandomState(3)
     if name == 'attend':
