@@ -13,7 +13,7 @@ import math
 import mxnet as mx
 
 from . import _checks, layout as _layout
-from .masking import get_F, mask_fill_like
+from .masking import broadcast_mask_terms, get_F, mask_fill_like, masked_fill
 
 __all__ = ['get_F', 'masked_softmax', 'masked_log_softmax', 'l2_normalize', 'dot_attn_score',
            'multi_head_dot_attn', 'select_vectors_by_position', 'float32_on_cpu']
@@ -71,19 +71,25 @@ def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
 
     Equivalent computation (MXNet 2 ``npx.masked_softmax``)::
 
-        x = where(mask, att_score, lowest_finite(dtype))
-        w = softmax(x / temperature, axis)
-        w = where(mask, w, 0)
+        x = where(mask, att_score / temperature, lowest_finite(dtype))
+        w = softmax(x, axis) * mask
+
+    The temperature is applied as a multiplication before the plain softmax (the oneDNN kernel;
+    ``softmax(temperature=)`` is 15x slower in MXNet 1.9.1); the mask is broadcast once to the
+    scores' shape (:func:`~gluon_attention.masking.broadcast_mask_terms`).
     """
     F = get_F(att_score)
     if not _checks.is_symbol(att_score):
         _checks.check_mask(mask, att_score.shape)
+        if att_score.size == 0:                   # nothing to normalise (empty axis)
+            return F.npx.softmax(att_score, axis=axis)
+    if temperature is not None:
+        att_score = att_score * (1.0 / temperature)
     if mask is None:
-        return F.npx.softmax(att_score, axis=axis, temperature=temperature)
-    mask = mask.astype('bool')
-    filled = F.np.where(mask, att_score, mask_fill_like(F, att_score))
-    weights = F.npx.softmax(filled, axis=axis, temperature=temperature)
-    return F.np.where(mask, weights, F.np.zeros_like(weights))
+        return F.npx.softmax(att_score, axis=axis)
+    keep, fill = broadcast_mask_terms(F, mask, att_score)
+    weights = F.npx.softmax(masked_fill(F, att_score, keep, fill), axis=axis)
+    return weights * keep
 
 
 def masked_log_softmax(att_score, mask=None, axis=-1):
@@ -118,18 +124,21 @@ def zero_unattended(value, mask, layout='NT'):
     value : (B, L_m, C) for ``'NT'`` or a per-head tensor in ``'NKT'``/``'NTK'``/``'TNK'``;
     mask : 0/1 (B, L_q, L_m) (L_q may be 1) or None, in which case ``value`` is returned.
     """
-    if mask is None:
+    if mask is None or (not _checks.is_symbol(value) and value.size == 0):
         return value
     F = get_F(value)
     used = F.np.max(mask.astype('float32'), axis=1)                          # (B, L_m)
     if layout == 'TNK':
         used = used.T                                                        # (L_m, B)
-    used = F.np.expand_dims(used, -1)                                        # (B, L_m, 1)
-    if layout == 'NKT':
-        used = F.np.expand_dims(used, 1)                                     # (B, 1, L_m, 1)
-    elif layout in ('NTK', 'TNK'):
-        used = F.np.expand_dims(used, -1)                                    # (., ., 1, 1)
-    return F.np.where(used > 0, value, F.np.zeros_like(value))
+    used = F.np.expand_dims(used, 1 if layout == 'NKT' else -1)  # (B,1,L_m) | (B,L_m,1) | (L_m,B,1)
+    if layout == 'NT':
+        used, rows = F.np.squeeze(used, -1), value[:, :, 0]                  # (B, L_m)
+    else:
+        rows = value[:, :, :, 0]                                             # value[..., 0]
+    rows = F.broadcast_like(used.as_nd_ndarray(), rows.as_nd_ndarray())      # one per C-row
+    flat = F.reshape(value.as_nd_ndarray(), shape=(-1, 0), reverse=True)    # (rows, C)
+    kept = F.where(F.reshape(rows, shape=(-1,)), flat, F.zeros_like(flat))  # legacy row-where
+    return F.reshape_like(kept, value.as_nd_ndarray()).as_np_ndarray()
 
 
 def l2_normalize(data, axis=-1, eps=1e-6):
@@ -258,26 +267,26 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     F = get_F(query)
     if normalized:
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
-    temperature = None
+    scale = None                  # the scale is folded into the query (L_q*C_k, not L_q*L_m)
     if scaled and query_head_units is None and not _checks.is_symbol(query):
         query_head_units = query.shape[-1]
-    if scaled and query_head_units is not None:
-        temperature = math.sqrt(query_head_units)
+    if scaled:
+        scale = (1.0 / math.sqrt(query_head_units) if query_head_units is not None
+                 else _inverse_sqrt_units(F, query))                       # () in a graph
+        query = query * scale
     score_eq, context_eq = _layout.einsum_subscripts(layout)
     if use_einsum:
-        scores = F.np.einsum(score_eq, query, key)                         # (B, K, L_q, L_m)
+        logits = F.np.einsum(score_eq, query, key)                         # (B, K, L_q, L_m)
     else:
-        scores = F.npx.batch_dot(_layout.to_nkt(query, layout), _layout.to_nkt(key, layout),
+        logits = F.npx.batch_dot(_layout.to_nkt(query, layout), _layout.to_nkt(key, layout),
                                  transpose_b=True)                          # (B, K, L_q, L_m)
     if edge_scores is not None:
-        scores = scores + edge_scores
-    logits = scores
-    if scaled and temperature is None:          # in a graph without query_head_units
-        logits = scores * _inverse_sqrt_units(F, query)
+        logits = logits + (edge_scores if scale is None else edge_scores * scale)
+    scores = logits if scale is None else logits / scale                    # raw, unscaled
     mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
-    weights = masked_softmax(logits, mask, axis=-1, temperature=temperature)
+    weights = masked_softmax(logits, mask, axis=-1)
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
     value = zero_unattended(value, mask_3d, layout)
