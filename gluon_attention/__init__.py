@@ -10,6 +10,7 @@ from .masking import (gen_self_attn_mask, gen_mem_attn_mask, valid_length_to_mas
                       combine_masks, mask_fill_like)
 from .functional import (masked_softmax, masked_log_softmax, l2_normalize, dot_attn_score,
                          multi_head_dot_attn, select_vectors_by_position)
+from .chunked import chunked_dot_attn
 from .seed_attend import attend, mask3d, fill_context_mask, dot
 from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
                     MultiHeadAttention)
