@@ -1,0 +1,207 @@
+"""Attention speed and memory against the peers, interleaved in one run: a Markdown table + JSON.
+
+Rows: configuration x mode (forward, forward+backward) x implementation; columns: median time,
+GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fraction of this machine's GEMM
+limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same rounds, and
+for the long configurations the peak memory of a separate process per implementation.
+
+Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode')
+PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling')
+TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bench_torch_peer.py')
+PEER_PYTHON = '/work/peer-venv/bin/python'
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--threads', type=int, default=os.cpu_count(),
+                        help='OpenMP threads, set before MXNet is imported (default: all cores)')
+    parser.add_argument('--configs', default=','.join(CONFIG_NAMES),
+                        help='comma-separated subset of ' + ', '.join(CONFIG_NAMES))
+    parser.add_argument('--modes', default='fwd,fwdbwd', help='fwd, fwdbwd or both')
+    parser.add_argument('--repeats', type=int, default=5, help='timed rounds (median; >= 5)')
+    parser.add_argument('--quick', action='store_true',
+                        help='bert128 and decode only, 3 rounds, no memory processes')
+    parser.add_argument('--no-memory', action='store_true', help='skip the memory processes')
+    parser.add_argument('--no-gluonnlp', action='store_true')
+    parser.add_argument('--impls', default='',
+                        help='comma-separated name prefixes to keep (default: all)')
+    parser.add_argument('--torch-python', default=None,
+                        help='interpreter with torch for the SDPA peer (default: this one if it '
+                             'imports torch, else %s; "none" skips it)' % PEER_PYTHON)
+    parser.add_argument('--out', default='runs/benchmark', help='writes OUT.md and OUT.json')
+    parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.configs, args.repeats, args.no_memory = 'bert128,decode', 3, True
+    args.configs = [c for c in args.configs.split(',') if c]
+    args.modes = [m for m in args.modes.split(',') if m]
+    unknown = [c for c in args.configs if c not in CONFIG_NAMES]
+    if unknown or not set(args.modes) <= {'fwd', 'fwdbwd'} or args.repeats < 1:
+        parser.error('configs must be among {}, modes among fwd, fwdbwd, repeats >= 1. '
+                     'Received: configs={}, modes={}, repeats={}'.format(
+                         CONFIG_NAMES, args.configs, args.modes, args.repeats))
+    return args
+
+
+def torch_python(choice):
+    """The interpreter for the torch peer, or None when torch is unavailable."""
+    if choice == 'none':
+        return None
+    candidates = [choice] if choice else [sys.executable, PEER_PYTHON]
+    for python in candidates:
+        if os.path.exists(python) and subprocess.run(
+                [python, '-c', 'import torch'], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+class TorchPeer:
+    """A persistent torch process: one timed SDPA pass per request (interleaved rounds)."""
+
+    def __init__(self, python, threads):
+        self.proc = subprocess.Popen([python, TORCH_WORKER, '--threads', str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = json.loads(self.proc.stdout.readline())['torch']
+
+    def timer(self, request):
+        def run():
+            self.proc.stdin.write(json.dumps(request) + '\n')
+            self.proc.stdin.flush()
+            return json.loads(self.proc.stdout.readline())['seconds']
+        return run
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def memory_of(impl, config, mode, args, python):
+    """Peak RSS growth (bytes) of one pass of ``impl``, in a fresh process; None on failure."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if impl == 'torch_sdpa':
+        cmd = [python, TORCH_WORKER, '--memory', '--threads', str(args.threads)]
+        from gluon_attention import bench
+        request = {'shape': bench.CONFIGS[config], 'mode': mode,
+                   'lengths': bench.valid_lengths(config).tolist()}
+        stdin = json.dumps(request) + '\n'
+    else:
+        cmd = [sys.executable, os.path.abspath(__file__), '--threads', str(args.threads),
+               '--memory-worker', impl, config, mode]
+        stdin = ''
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])['peak_bytes']
+    except (IndexError, ValueError, KeyError):
+        print('memory of {} {} {} failed: {}'.format(impl, config, mode, done.stderr[-300:]))
+        return None
+
+
+def measure(args, torch_peer, python):
+    from gluon_attention import bench
+    rows = []
+    for config in args.configs:
+        for mode in args.modes:
+            made = bench.factories(config, mode, gluonnlp=not args.no_gluonnlp)
+            keep = [p for p in args.impls.split(',') if p]
+            impls = {name: make() for name, make in made.items()
+                     if not keep or any(name.startswith(p) for p in keep)}
+            external = {}
+            if torch_peer is not None and (not keep or any('torch_sdpa'.startswith(p)
+                                                          for p in keep)):
+                external['torch_sdpa'] = torch_peer.timer(
+                    {'shape': bench.CONFIGS[config], 'mode': mode,
+                     'lengths': bench.valid_lengths(config).tolist()})
+            medians = bench.interleaved_medians(impls, args.repeats, external)
+            gflop = bench.attention_gflop(config, mode)
+            for impl, seconds in medians.items():
+                row = dict(config=config, shape=bench.CONFIGS[config], mode=mode, impl=impl,
+                           median_s=seconds, gflops=gflop / seconds)
+                row['ratio'] = {p: medians[p] / seconds for p in PEERS if p in medians}
+                if config in bench.LONG_CONFIGS and not args.no_memory:
+                    row['peak_mb'] = memory_of(impl, config, mode, args, python)
+                    row['peak_mb'] = row['peak_mb'] and row['peak_mb'] / 2 ** 20
+                rows.append(row)
+            print('{} {} done'.format(config, mode), flush=True)
+    return rows
+
+
+def versions(args, torch_peer):
+    import mxnet as mx
+    import numpy
+    info = dict(threads=args.threads, OMP_NUM_THREADS=os.environ.get('OMP_NUM_THREADS'),
+                cpu_count=os.cpu_count(), python=platform.python_version(),
+                mxnet=mx.__version__, numpy=numpy.__version__, machine=platform.machine(),
+                torch=torch_peer.version if torch_peer else None)
+    try:
+        import gluonnlp
+        info['gluonnlp'] = gluonnlp.__version__
+    except ImportError:
+        info['gluonnlp'] = None
+    info['commit'] = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                                    text=True, cwd=os.path.dirname(TORCH_WORKER)).stdout.strip()
+    return info
+
+
+def markdown(rows, info, limit):
+    lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
+             'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
+             'Python {python}; commit {commit}.'.format(**info),
+             'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
+             'this row\'s time (> 1 = this row is faster).'.format(limit), '',
+             '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '
+             'vs gluonnlp | vs torch SDPA | vs 2 batch_dot | peak MB |',
+             '|---|---|---|---:|---:|---:|---:|---:|---:|---:|']
+    for row in rows:
+        ratio = row['ratio']
+        cells = [row['config'], row['mode'], row['impl'], '%.2f' % (1e3 * row['median_s']),
+                 '%.1f' % row['gflops'], '%.0f%%' % (100 * row['gflops'] / limit)]
+        cells += ['%.2fx' % ratio[p] if p in ratio else '-' for p in PEERS]
+        cells.append('%.0f' % row['peak_mb'] if row.get('peak_mb') is not None else '-')
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.environ['OMP_NUM_THREADS'] = str(args.threads)      # before mxnet is imported
+    if args.memory_worker:
+        from gluon_attention import bench
+        print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
+        return
+    from mxnet import npx
+    from gluon_attention import bench
+    npx.set_np()
+    python = torch_python(args.torch_python)
+    torch_peer = TorchPeer(python, args.threads) if python else None
+    start = time.time()
+    try:
+        limit = bench.gemm_limit_gflops()
+        rows = measure(args, torch_peer, python)
+    finally:
+        if torch_peer:
+            torch_peer.close()
+    info = versions(args, torch_peer)
+    info.update(gemm_limit_gflops=limit, repeats=args.repeats, seconds=time.time() - start)
+    table = markdown(rows, info, limit)
+    print(table)
+    os.makedirs(os.path.dirname(args.out) or '.', exist_ok=True)
+    with open(args.out + '.md', 'w') as md:
+        md.write(table)
+    with open(args.out + '.json', 'w') as out:
+        json.dump({'info': info, 'rows': rows}, out, indent=1)
+    print('wrote {0}.md and {0}.json'.format(args.out))
+
+
+if __name__ == '__main__':
+    main()
