@@ -29,7 +29,7 @@ INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
 INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 # Arguments that define a training run: a checkpoint only resumes a run with the same values.
 RUN_KEYS = ('train_file', 'extra_train_file', 'exclude_titles', 'model_dir', 'max_seq_length',
-            'doc_stride', 'max_query_length', 'impossible_ratio', 'batch_size', 'lr', 'epochs',
+            'doc_stride', 'max_query_length', 'impossible_ratio', 'no_answer_chunk_ratio', 'batch_size', 'lr', 'epochs',
             'max_steps', 'max_train_features', 'warmup_ratio', 'weight_decay', 'max_grad_norm',
             'answerable_weight', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
             'attention_dropout', 'seed')
@@ -49,11 +49,25 @@ def tokenizer_and_model_dir(model_dir):
     return squad.load_tokenizer(folder), folder
 
 
-def _select_training(features, ratio, limit, seed):
-    """All features with an answer, and ``ratio`` of those without (deterministic)."""
-    rng = onp.random.RandomState(seed)
-    keep = [f for f in features if not f.is_impossible or rng.rand() < ratio]
-    return keep[:limit] if limit else keep
+def _select_training(features, examples, args):
+    """Which training features to keep (deterministic in ``args.seed``).
+
+    Every feature holding its question's answer is kept; features of unanswerable questions are
+    kept with probability ``args.impossible_ratio``; chunks of answerable questions that miss the
+    answer with probability ``args.no_answer_chunk_ratio``.
+    """
+    rng = onp.random.RandomState(args.seed)
+    keep = []
+    for feature in features:
+        draw = rng.rand()
+        if not feature.is_impossible:
+            keep.append(feature)
+        elif examples[feature.example_index].is_impossible:
+            if draw < args.impossible_ratio:
+                keep.append(feature)
+        elif draw < args.no_answer_chunk_ratio:
+            keep.append(feature)
+    return keep[:args.max_train_features] if args.max_train_features else keep
 
 
 def load_data(args, tokenizer):
@@ -72,8 +86,7 @@ def load_data(args, tokenizer):
     features = squad.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
         is_training=True, stats=stats)
-    features = _select_training(features, args.impossible_ratio, args.max_train_features,
-                                args.seed)
+    features = _select_training(features, examples, args)
     eval_examples = squad.read_squad(_path(args.eval_file))
     if args.max_eval_examples:
         eval_examples = eval_examples[:args.max_eval_examples]

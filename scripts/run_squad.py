@@ -38,7 +38,9 @@ def parse_args(argv=None):
     p.add_argument('--doc-stride', type=int, default=64)
     p.add_argument('--max-query-length', type=int, default=48)
     p.add_argument('--impossible-ratio', type=float, default=0.3,
-                   help='fraction of training features without an answer that are kept')
+                   help='fraction of the features of unanswerable questions kept for training')
+    p.add_argument('--no-answer-chunk-ratio', type=float, default=0.1,
+                   help='fraction kept of the chunks of answerable questions that miss the answer')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--eval-batch-size', type=int, default=32)
     p.add_argument('--lr', type=float, default=1.5e-4)
