@@ -5,7 +5,6 @@ forward+backward (``'fwdbwd'``) pass to completion. Inputs are float32 with a va
 mask leaving some padding. Glossary: B batch, K heads, L_q / L_m lengths, C per-head size.
 """
 import os
-import resource
 import statistics
 import time
 
@@ -177,9 +176,14 @@ def interleaved_medians(impls, repeats, external=None, warmup=1):
     return {name: statistics.median(t) for name, t in times.items() if t}
 
 
-def _rss_bytes():
-    with open('/proc/self/statm') as statm:
-        return int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+def _status_bytes(field):
+    """``VmRSS`` or ``VmHWM`` (peak RSS of this process image; unlike ``ru_maxrss`` it is not
+    inherited from the parent across fork + exec) from /proc/self/status, in bytes."""
+    with open('/proc/self/status') as status:
+        for line in status:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError('no {} in /proc/self/status'.format(field))
 
 
 def peak_memory_bytes(name, config, mode):
@@ -189,6 +193,6 @@ def peak_memory_bytes(name, config, mode):
     """
     func = factories(config, mode, gluonnlp=name.startswith('gluonnlp'))[name]()
     mx.nd.waitall()
-    before = _rss_bytes()
+    before = _status_bytes('VmRSS')
     func()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    return _status_bytes('VmHWM') - before

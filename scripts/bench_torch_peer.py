@@ -8,9 +8,14 @@ the reply is {"seconds": t} for one timed pass (inputs cached per request). With
 import argparse
 import json
 import os
-import resource
 import sys
 import time
+
+
+def status_bytes(field):
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) * 1024 for line in status
+                    if line.startswith(field + ':'))
 
 
 def main():
@@ -46,10 +51,9 @@ def main():
     if args.memory:
         request = json.loads(sys.stdin.readline())
         prepare(request)
-        with open('/proc/self/statm') as statm:
-            before = int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+        before = status_bytes('VmRSS')
         one_pass(request)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+        peak = status_bytes('VmHWM') - before      # VmHWM: not inherited like ru_maxrss
         print(json.dumps({'peak_bytes': peak, 'torch': torch.__version__}), flush=True)
         return
     print(json.dumps({'ready': True, 'torch': torch.__version__}), flush=True)

@@ -175,13 +175,12 @@ def markdown(rows, info, limit):
 def main(argv=None):
     args = parse_args(argv)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # before mxnet is imported
-    if args.memory_worker:
-        from gluon_attention import bench
-        print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
-        return
     from mxnet import npx
     from gluon_attention import bench
     npx.set_np()
+    if args.memory_worker:
+        print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
+        return
     python = torch_python(args.torch_python)
     torch_peer = TorchPeer(python, args.threads) if python else None
     start = time.time()
