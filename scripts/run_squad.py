@@ -33,19 +33,20 @@ def parse_args(argv=None):
                         '(default: the embedded all-MiniLM-L6-v2)')
     p.add_argument('--output-dir', default='runs/squad')
     p.add_argument('--version-2-with-negative', type=int, default=1, choices=(0, 1))
-    p.add_argument('--max-seq-length', type=int, default=192)
+    p.add_argument('--max-seq-length', type=int, default=128)
     p.add_argument('--eval-max-seq-length', type=int, default=384)
     p.add_argument('--doc-stride', type=int, default=64)
-    p.add_argument('--max-query-length', type=int, default=48)
+    p.add_argument('--max-query-length', type=int, default=32)
     p.add_argument('--impossible-ratio', type=float, default=0.3,
                    help='fraction of the features of unanswerable questions kept for training')
-    p.add_argument('--no-answer-chunk-ratio', type=float, default=0.1,
+    p.add_argument('--no-answer-chunk-ratio', type=float, default=0.3,
                    help='fraction kept of the chunks of answerable questions that miss the answer')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--eval-batch-size', type=int, default=32)
-    p.add_argument('--lr', type=float, default=1.5e-4)
+    p.add_argument('--lr', type=float, default=2e-4)
     p.add_argument('--epochs', type=float, default=1.0)
-    p.add_argument('--max-steps', type=int, default=0, help='cap on training steps (0: none)')
+    p.add_argument('--max-steps', type=int, default=170,
+                   help='training steps (0: --epochs over the training features)')
     p.add_argument('--max-train-features', type=int, default=0, help='0: all')
     p.add_argument('--max-eval-examples', type=int, default=0, help='0: all')
     p.add_argument('--warmup-ratio', type=float, default=0.1)
