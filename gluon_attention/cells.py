@@ -226,7 +226,7 @@ class MultiHeadAttention(Float32OnCPU):
         if units % num_heads:
             _checks.fail('units must be divisible by num_heads', units=units,
                          num_heads=num_heads)
-        self._num_heads = num_heads
+        self._num_heads, self._head_units = num_heads, units // num_heads
         with self.name_scope():
             self.query_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='query_')
             self.key_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='key_')
@@ -236,7 +236,7 @@ class MultiHeadAttention(Float32OnCPU):
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length, scores_need_same_size=False)
-        heads = (-2, -2, self._num_heads, -1)                                 # (B, L, K, D/K)
+        heads = (-2, -2, self._num_heads, self._head_units)                   # (B, L, K, D/K)
         query = F.npx.reshape(self.query_proj(query), heads)
         key_heads = F.npx.reshape(self.key_proj(key), heads)
         value = F.npx.reshape(self.value_proj(value), heads)

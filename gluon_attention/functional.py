@@ -291,7 +291,7 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         weights = F.npx.dropout(weights, p=dropout)
     value = zero_unattended(value, mask_3d, layout)
     if use_einsum:
-        context = F.npx.reshape(F.np.einsum(context_eq, weights, value), (-2, -2, -1))
+        context = F.npx.reshape(F.np.einsum(context_eq, weights, value), (-2, -2, -5))
     else:
         value = _layout.to_nkt(value, layout)                               # (B, K, L_m, C_v)
         context = _layout.merge_heads(F, F.npx.batch_dot(weights, value), layout)

@@ -45,7 +45,7 @@ def merge_heads(F, context, layout):
     The merged index is head-major: ``k * C_v + c``.
     """
     context = context.transpose(_CONTEXT_FROM_NKT[layout])   # (B, L_q, K, C_v) / (L_q, B, K, C_v)
-    return F.npx.reshape(context, (-2, -2, -1))
+    return F.npx.reshape(context, (-2, -2, -5))
 
 
 def einsum_subscripts(layout):
