@@ -16,3 +16,4 @@ from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCe
                     MultiHeadAttention)
 from .encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
 from .nli import Attend, Compare, Aggregate, DecomposableAttention
+from .qa import ModelForQAConditional, QAInference, qa_loss

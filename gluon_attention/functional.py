@@ -157,6 +157,7 @@ def _inverse_sqrt_units(F, x):
     return 1.0 / F.np.sqrt(units)
 
 
+@float32_on_cpu
 def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='NT'):
     """Dot-product attention scores with any number of leading batch dimensions.
 

@@ -120,6 +120,10 @@ def valid_length_to_mask(data, valid_length, axis=1):
         mask = np.arange(T)[None, :] < valid_length[:, None]
     """
     F = get_F(data)
+    if not _checks.is_symbol(data):
+        if not -data.ndim <= axis < data.ndim:
+            _checks.fail('axis must index a dimension of data {}'.format(data.shape), axis=axis)
+        _checks.check_valid_length(valid_length, data.shape[axis])
     steps = _steps(F, data, axis)
     return steps < F.np.expand_dims(valid_length.astype('float32'), axis=-1)
 

