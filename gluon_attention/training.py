@@ -16,7 +16,7 @@ import numpy as onp
 from . import _checks
 
 __all__ = ['parse_ctx', 'set_threads', 'seed_step', 'AdamW', 'linear_warmup_decay',
-           'split_batch', 'clip_global_norm', 'CheckpointManager', 'atomic_write_json']
+           'split_batch', 'CheckpointManager', 'atomic_write_json']
 
 
 def set_threads(threads):
@@ -66,19 +66,6 @@ def split_batch(arrays, contexts):
     bounds = onp.linspace(0, size, len(contexts) + 1).astype(int)
     return [{k: mx.np.array(v[lo:hi], dtype=v.dtype, ctx=ctx) for k, v in arrays.items()}
             for ctx, lo, hi in zip(contexts, bounds[:-1], bounds[1:]) if hi > lo]
-
-
-def clip_global_norm(grads, max_norm):
-    """Scale ``grads`` (mx.np arrays on one context) in place to a global L2 norm <= max_norm.
-
-    Returns the norm before clipping (a Python float).
-    """
-    squares = [(g.astype('float32') ** 2).sum() for g in grads]
-    total = math.sqrt(float(mx.np.stack(squares).sum()))      # one synchronisation
-    if max_norm and total > max_norm:
-        for g in grads:
-            g *= max_norm / (total + 1e-6)
-    return total
 
 
 class AdamW:
