@@ -236,6 +236,17 @@ def write_outputs(folder, results):
     results['metrics'] = metrics
 
 
+def previous_training_timing(folder):
+    """``train_seconds`` and ``train_features_per_second`` of an earlier metrics.json in
+    ``folder`` (empty dict when there is none)."""
+    try:
+        with open(os.path.join(folder, 'metrics.json'), encoding='utf-8') as f:
+            metrics = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: metrics[k] for k in ('train_seconds', 'train_features_per_second') if k in metrics}
+
+
 def format_metrics(metrics):
     keys = ('exact', 'f1', 'HasAns_f1', 'NoAns_f1', 'best_f1', 'best_f1_thresh',
             'full_range_best_f1', 'always_answer_HasAns_f1', 'total')

@@ -114,6 +114,8 @@ def main(argv=None):
                    train_steps=trained_steps,
                    train_features_per_second=round(
                        steps_here * args.batch_size / max(train_seconds, 1e-9), 2))
+    if steps_here == 0:         # nothing left to train: keep the timing of the run that trained
+        results.update(job.previous_training_timing(args.output_dir))
     job.write_outputs(args.output_dir, results)
     print(job.format_metrics(results['metrics']))
     if not args.skip_export:
