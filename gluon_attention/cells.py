@@ -12,12 +12,13 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
 from . import _checks, layout as _layout
-from .functional import (_cast_nested, _to_float32, masked_softmax, multi_head_dot_attn,
+from .functional import (_cast_nested, _to_float32, inverse_sqrt_units, masked_softmax,
+                         multi_head_dot_attn,
                          zero_unattended)
-from .masking import get_F
+from .masking import get_F, length_mask
 
 __all__ = ['AdditiveAttention', 'DotProductAttention', 'MultiHeadAttentionCell',
-           'MultiHeadAttention', 'length_mask', 'attend_scores', 'Float32OnCPU']
+           'MultiHeadAttention', 'attend_scores', 'Float32OnCPU']
 
 
 class Float32OnCPU(HybridBlock):
@@ -30,17 +31,6 @@ class Float32OnCPU(HybridBlock):
             return super().forward(x, *args)
         out = super().forward(*[_to_float32(a) for a in inputs])
         return _cast_nested(out, 'float16')
-
-
-def length_mask(key, valid_length):
-    """Key-padding mask from lengths: (B,) -> (B, 1, L_m); (B, L_q) -> (B, L_q, L_m); bool.
-
-    ``key`` is (B, L_m, C); only its shape is used (shape-free).
-    """
-    F = get_F(key)
-    steps = F.npx.arange_like(key, axis=1).astype('float32')                 # (L_m,)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
-    return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
 
 
 def attend_scores(scores, value, mask, dropout):
@@ -107,8 +97,7 @@ class DotProductAttention(Float32OnCPU):
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length)
         if self._scaled:
-            units = F.np.sum(F.np.ones_like(F.npx.arange_like(query, axis=-1)))
-            query = query / F.np.sqrt(units)
+            query = query * inverse_sqrt_units(query)
         scores = F.npx.batch_dot(query, key, transpose_b=True)               # (B, L_q, L_m)
         mask = None if valid_length is None else length_mask(key, valid_length)
         return attend_scores(scores, value, mask, self._dropout)

