@@ -4,8 +4,9 @@ Glossary: B batch, T sequence length (L_q = L_m = T in self-attention), K heads,
 (model width), H hidden size of the feed-forward network, V vocabulary size.
 
 The self-attention is this library's :class:`~gluon_attention.cells.MultiHeadAttentionCell`
-(layout 'NTK', scaled) with the (B, T, T) mask of
-:func:`~gluon_attention.masking.gen_self_attn_mask`; the layer layout follows BERT
+(layout 'NTK', scaled), given per-query memory lengths (its fused length-aware softmax: the
+same weights as the (B, T, T) mask of :func:`~gluon_attention.masking.gen_self_attn_mask`
+without building it); the layer layout follows BERT
 (Devlin et al., 2019), itself the encoder of Vaswani et al. (2017) with GELU (Hendrycks and
 Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-norm").
 """
@@ -19,7 +20,6 @@ from mxnet.gluon import HybridBlock, nn
 
 from . import _checks
 from .cells import Float32OnCPU, MultiHeadAttentionCell
-from .masking import gen_self_attn_mask
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder', 'default_model_dir']
 
@@ -39,7 +39,7 @@ class TransformerEncoderLayer(Float32OnCPU):
     Equivalent computation, with ``mha`` the scaled multi-head attention::
 
         q, k, v = attn_query(x), attn_key(x), attn_value(x)        # (B, T, D) each
-        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, mask))))    # (B, T, D)
+        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, mask or valid_length))))  # (B, T, D)
         y = ffn_ln(a + dropout(ffn_2(gelu(ffn_1(a)))))             # (B, T, D)
 
     Parameters
@@ -62,8 +62,11 @@ class TransformerEncoderLayer(Float32OnCPU):
     Inputs
     ------
     data : float32 (B, T, D)
-    mask : bool or 0/1 (B, T, T)
+    mask : bool or 0/1 (B, T, T), optional
         Self-attention mask, 1 = attend (see :func:`gluon_attention.masking.gen_self_attn_mask`).
+    valid_length : int (B,) or (B, T), optional
+        Memory lengths (the fast path for key padding; see
+        :func:`gluon_attention.multi_head_dot_attn`). With ``mask``, both apply.
 
     Returns
     -------
@@ -110,11 +113,11 @@ class TransformerEncoderLayer(Float32OnCPU):
     def _split_heads(self, F, x):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
 
-    def hybrid_forward(self, F, data, mask):  # pylint: disable=arguments-differ
+    def hybrid_forward(self, F, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
         query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
         key = self._split_heads(F, self.attn_key(data))        # (B, T, K, D/K)
         value = self._split_heads(F, self.attn_value(data))    # (B, T, K, D/K)
-        context = self.attention_cell(query, key, value, mask)[0]  # (B, T, D)
+        context = self.attention_cell(query, key, value, mask, None, valid_length)[0]  # (B, T, D)
         out = self.attn_ln(data + self.attn_dropout(self.attn_proj(context)))  # (B, T, D)
         hidden = self.ffn_1(out)                                                 # (B, T, H)
         hidden = (F.npx.leaky_relu(hidden, act_type='gelu') if self._activation == 'gelu'
@@ -124,7 +127,7 @@ class TransformerEncoderLayer(Float32OnCPU):
 
 @mx.util.use_np
 class TransformerEncoder(Float32OnCPU):
-    """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one length mask.
+    """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one set of lengths.
 
     Parameters
     ----------
@@ -161,9 +164,13 @@ class TransformerEncoder(Float32OnCPU):
     def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
         _checks.check_valid_length(valid_length, None if _checks.is_symbol(data)
                                    else data.shape[1])
-        mask = gen_self_attn_mask(data, valid_length)  # bool (B, T, T)
+        # Per-query memory lengths (B, T): valid_length for a valid query, 0 for a padded one,
+        # the lengths form of gen_self_attn_mask(data, valid_length).
+        length = F.npx.reshape(valid_length.astype('float32'), (-2, 1))          # (B, 1)
+        steps = F.npx.arange_like(data, axis=1)                                  # (T,)
+        query_lengths = (F.np.expand_dims(steps, 0) < length) * length           # (B, T)
         for i in range(len(self.layers)):
-            data = self.layers[i](data, mask)           # (B, T, D)
+            data = self.layers[i](data, None, query_lengths)                     # (B, T, D)
         return data
 
 

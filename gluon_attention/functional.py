@@ -13,7 +13,7 @@ import math
 import mxnet as mx
 
 from . import _checks, layout as _layout
-from .masking import broadcast_mask_terms, get_F, mask_fill_like, masked_fill
+from .masking import broadcast_mask_terms, get_F, logical_and, mask_fill_like, masked_fill
 
 __all__ = ['get_F', 'masked_softmax', 'masked_log_softmax', 'l2_normalize', 'dot_attn_score',
            'multi_head_dot_attn', 'select_vectors_by_position', 'float32_on_cpu']
@@ -195,7 +195,7 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     return F.npx.batch_dot(query, key, transpose_b=True)
 
 
-def _check_multi_head(query, key, value, mask, edge_scores, layout):
+def _check_multi_head(query, key, value, mask, edge_scores, layout, valid_length=None):
     _layout.check_layout(layout)
     for name, x in (('query', query), ('key', key), ('value', value)):
         _checks.check_rank(name, x, (4,))
@@ -211,6 +211,12 @@ def _check_multi_head(query, key, value, mask, edge_scores, layout):
     _checks.check_index_range(q[0] * q[1] * q[2] * k[2])
     if mask is not None:
         _checks.check_mask(mask, (q[0], q[2], k[2]))
+    if valid_length is not None:
+        _checks.check_rank('valid_length', valid_length, (1, 2))
+        if valid_length.shape not in ((q[0],), (q[0], q[2])):
+            _checks.fail('valid_length must have shape (B,) or (B, L_q) = ({}, {})'.format(
+                q[0], q[2]), **{'valid_length.shape': valid_length.shape})
+        _checks.check_valid_length(valid_length, k[2])
     if edge_scores is not None:
         es = edge_scores.shape
         if len(es) > 4 or any(e not in (1, s) for e, s in zip(es[::-1], scores_shape[::-1])):
@@ -218,10 +224,33 @@ def _check_multi_head(query, key, value, mask, edge_scores, layout):
                 scores_shape), **{'edge_scores.shape': es})
 
 
+def _memory_length_mask(F, logits, valid_length):
+    """(B,) or (B, L_q) lengths -> bool (B, 1 or L_q, L_m): memory position j < length."""
+    steps = F.npx.arange_like(logits, axis=-1)                                 # (L_m,)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
+    return F.np.expand_dims(length, -1) > steps
+
+
+def _length_softmax(F, logits, valid_length):
+    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
+
+    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
+    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
+    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
+    so that a graph never reads past a row.
+    """
+    rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
+    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
+    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)))      # () L_m
+    length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
+    return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)
+
+
 @float32_on_cpu
 def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=0.0, scaled=True,
                         normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
-                        use_einsum=False):
+                        use_einsum=False, valid_length=None):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017), GluonNLP master semantics.
 
     Parameters
@@ -243,6 +272,11 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     layout : {'NKT', 'NTK', 'TNK'}
     use_einsum : bool
         Compute the two products with ``np.einsum`` instead of ``npx.batch_dot``.
+    valid_length : integer (or integral float) array (B,) or (B, L_q), or None
+        Memory lengths: query row i of sequence b may attend memory positions
+        j < valid_length[b] (or valid_length[b, i]); the same as the mask
+        ``arange(L_m) < valid_length`` but computed by one fused length-aware softmax, with no
+        mask tensor (the fast path for key padding). Given with ``mask``, both apply.
 
     Returns
     -------
@@ -256,7 +290,8 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     ------
     ValueError
         Bad layout or dropout, mismatched shapes, a mask of the wrong rank or with non-0/1 values,
-        or scores too large for 32-bit indexing (imperatively, before any kernel runs).
+        a ``valid_length`` of the wrong shape or outside [0, L_m], or scores too large for
+        32-bit indexing (imperatively, before any kernel runs).
 
     Equivalent computation (NKT)::
 
@@ -264,7 +299,7 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         weights = masked_softmax(scores / sqrt(C_k), mask[:, None], axis=-1)
         context = einsum('bnqm,bnmd->bqnd', dropout(weights), value).reshape(B, L_q, K*C_v)
     """
-    _check_multi_head(query, key, value, mask, edge_scores, layout)
+    _check_multi_head(query, key, value, mask, edge_scores, layout, valid_length)
     _checks.check_probability('dropout', dropout)
     F = get_F(query)
     if normalized:
@@ -285,10 +320,17 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     if edge_scores is not None:
         logits = logits + (edge_scores if scale is None else edge_scores * scale)
     scores = logits if scale is None else logits / scale                    # raw, unscaled
+    if valid_length is not None and mask is not None:
+        mask = logical_and(F, mask.astype('bool'), _memory_length_mask(F, logits, valid_length))
     mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
-    weights = masked_softmax(logits, mask, axis=-1)
+        weights = masked_softmax(logits, mask, axis=-1)
+    elif valid_length is not None:
+        mask_3d = _memory_length_mask(F, logits, valid_length)              # (B, 1|L_q, L_m)
+        weights = _length_softmax(F, logits, valid_length)
+    else:
+        weights = F.npx.softmax(logits, axis=-1)
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
     value = zero_unattended(value, mask_3d, layout)

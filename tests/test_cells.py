@@ -183,6 +183,24 @@ def test_multi_head_attention_cell_options():
             onp.testing.assert_allclose(got.asnumpy(), exp, err_msg=str(kwargs), **tol())
 
 
+@pytest.mark.parametrize('lengths', [None, [7, 0], [[7, 3, 0, 1, 5], [0, 0, 2, 7, 6]]],
+                         ids=['none', 'B', 'B_Lq'])
+def test_multi_head_attention_cell_scale_follows_query_size(hybrid_mode, lengths):
+    """Without query_units the scale is 1/sqrt(C_k) of each call's query, also when a
+    hybridized cell (which bakes the scale in) sees another C_k; valid_length is the key mask."""
+    block = hybridize_mode(cells.MultiHeadAttentionCell(layout='NKT'), hybrid_mode)
+    for ck in (4, 9, 4):
+        q, key, v = _rand((2, 3, 5, ck)), _rand((2, 3, 7, ck)), _rand((2, 3, 7, 2))
+        mask = None
+        if lengths is not None:
+            mask = ref.key_mask_from_valid_length(onp.array(lengths), 5, 7).astype('float32')
+        ctx, (scores, weights) = block(q, key, v, None, None,
+                                       None if lengths is None else _int(lengths))
+        expected = ref.multi_head_dot_attn(q, key, v, mask, layout='NKT')
+        for got, exp in zip((ctx, scores, weights), expected):
+            onp.testing.assert_allclose(got.asnumpy(), exp, err_msg=str(ck), **tol())
+
+
 # ----------------------------------------------------------------------------- MHA
 def _mha(units=6, heads=3, use_bias=False, dropout=0.0):
     block = cells.MultiHeadAttention(units, heads, dropout=dropout, use_bias=use_bias)

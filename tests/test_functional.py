@@ -248,6 +248,74 @@ def test_multi_head_dot_attn_layouts_agree():
             onp.testing.assert_allclose(a, b_, rtol=1e-6, atol=1e-6, err_msg=str(key))
 
 
+VALID_LENGTHS = {'B': onp.array([7, 0]), 'B,Lq': onp.array([[7, 3, 0, 1, 5], [0, 0, 2, 7, 6]])}
+
+
+def _run_with_lengths(q, key, v, mask, edge, valid_length, layout, use_einsum):
+    """Our output with ``valid_length`` (int32) next to the oracle's with the equivalent mask."""
+    lq, lm = (ref.to_nkt(x, layout).shape[2] for x in (q, key))
+    equivalent = ref.key_mask_from_valid_length(valid_length, lq, lm)
+    if mask is not None:
+        equivalent = equivalent & (onp.asarray(mask) != 0)
+    vl = np.array(valid_length, dtype='int32')
+    got = _run_mhda(q, key, v, mask, edge, layout, use_einsum, _random_heads, valid_length=vl)
+    return got, equivalent.astype('float32')
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+@pytest.mark.parametrize('use_einsum', [False, True])
+@pytest.mark.parametrize('lengths', sorted(VALID_LENGTHS))
+@pytest.mark.parametrize('with_mask', [False, True])
+def test_multi_head_dot_attn_valid_length_oracle(layout, use_einsum, lengths, with_mask):
+    """The fused length softmax equals the masked oracle, forward and gradients, with zero
+    lengths (fully masked rows), edge scores, and combined with a general mask."""
+    q, key, v, mask, edge = _mhda_inputs(2, 3, 5, 7, 4, 6, layout, edge_shape=(3, 5, 7),
+                                         masked=with_mask)
+    got, equivalent = _run_with_lengths(q, key, v, mask, edge, VALID_LENGTHS[lengths], layout,
+                                        use_einsum)
+    hc, hs, hw = got['heads']
+    expected = ref.multi_head_dot_attn(q, key, v, equivalent, edge, layout=layout)
+    for name, exp in zip(('ctx', 'scores', 'weights'), expected):
+        onp.testing.assert_allclose(got[name].asnumpy(), exp, err_msg=name, **tol())
+    grads = ref.multi_head_dot_attn_vjp(q, key, v, hc, hs, hw, equivalent, edge, layout=layout)
+    for name, exp in zip(('gq', 'gk', 'gv', 'ge'), grads):
+        onp.testing.assert_allclose(got[name].asnumpy(), exp, err_msg=name, **tol())
+    blocked = onp.broadcast_to(equivalent[:, None], expected[2].shape) == 0
+    assert onp.all(got['weights'].asnumpy()[blocked] == 0)
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_multi_head_dot_attn_valid_length_nan_padding(layout):
+    """NaN in keys and values past the lengths never reaches an output (as with a mask; the
+    query gradient, a product with the keys, does see NaN keys on either path)."""
+    q, key, v, _, _ = _mhda_inputs(2, 3, 5, 7, 4, 6, layout, masked=False)
+    lengths = onp.array([4, 0])
+    kn, vn = to_nkt_copy(key, layout), to_nkt_copy(v, layout)
+    for i, length in enumerate(lengths):
+        kn[i, :, length:] = onp.nan
+        vn[i, :, length:] = onp.nan
+    dirty_k = np.array(ref.from_nkt(kn, layout), dtype='float32')
+    dirty_v = np.array(ref.from_nkt(vn, layout), dtype='float32')
+    ctx, (_, weights) = fn.multi_head_dot_attn(q, dirty_k, dirty_v, layout=layout,
+                                               valid_length=np.array(lengths))
+    clean, _ = fn.multi_head_dot_attn(q, key, v, layout=layout, valid_length=np.array(lengths))
+    assert onp.isfinite(weights.asnumpy()).all() and onp.isfinite(ctx.asnumpy()).all()
+    onp.testing.assert_allclose(ctx.asnumpy(), clean.asnumpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('valid_length, message', [
+    (onp.array([1, 2, 3]), r'valid_length must have shape \(B,\) or \(B, L_q\) = \(2, 5\)'),
+    (onp.array([[1, 2]] * 2), r'valid_length must have shape'),
+    (onp.array([8, 1]), r'valid_length must lie in \[0, 7\]\. Received: valid_length=\[8, 1\]'),
+    (onp.array([-1, 1]), r'valid_length must lie in \[0, 7\]'),
+    (onp.array([1.5, 1]), r'valid_length must hold integers'),
+])
+def test_multi_head_dot_attn_valid_length_errors(valid_length, message):
+    q, key, v, _, _ = _mhda_inputs(2, 3, 5, 7, 4, 6, 'NKT', masked=False)
+    with pytest.raises(ValueError, match=message):
+        fn.multi_head_dot_attn(q, key, v, valid_length=np.array(valid_length))
+
+
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_multi_head_dot_attn_nan_padding_never_reaches_output(layout):
     """Keys and values at fully padded memory positions replaced by NaN: output unchanged."""
@@ -345,6 +413,35 @@ def test_multi_head_dot_attn_hybridized_oracle(hybrid_mode, layout, use_einsum):
     grads = ref.multi_head_dot_attn_vjp(q, key, v, hc, hs, hw, mask, edge, layout=layout)
     for x, exp in zip((q, key, v), grads):
         onp.testing.assert_allclose(x.grad.asnumpy(), exp, **tol())
+
+
+@mx.util.use_np
+class _MultiHeadLengths(mx.gluon.HybridBlock):
+    def __init__(self, layout):
+        super().__init__()
+        self._layout = layout
+
+    def hybrid_forward(self, F, q, k, v, valid_length):
+        return fn.multi_head_dot_attn(q, k, v, layout=self._layout, valid_length=valid_length)
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+@pytest.mark.parametrize('lengths', sorted(VALID_LENGTHS))
+def test_multi_head_dot_attn_valid_length_hybridized(hybrid_mode, layout, lengths):
+    """In a graph (shape-free), lengths above L_m are clipped rather than read past the row."""
+    q, key, v, _, _ = _mhda_inputs(2, 3, 5, 7, 4, 6, layout, masked=False)
+    block = hybridize_mode(_MultiHeadLengths(layout), hybrid_mode)
+    lengths = VALID_LENGTHS[lengths]
+    equivalent = ref.key_mask_from_valid_length(lengths, 5, 7).astype('float32')
+    expected = ref.multi_head_dot_attn(q, key, v, equivalent, None, layout=layout)
+    ctx, (scores, weights) = block(q, key, v, np.array(lengths, dtype='int32'))
+    for got, exp in zip((ctx, scores, weights), expected):
+        onp.testing.assert_allclose(got.asnumpy(), exp, **tol())
+    if hybrid_mode != 'imperative':
+        too_long = np.array(onp.minimum(lengths, 7) + 50, dtype='int32')
+        ctx, (_, weights) = block(q, key, v, too_long)
+        full = ref.multi_head_dot_attn(q, key, v, None, None, layout=layout)
+        onp.testing.assert_allclose(weights.asnumpy(), full[2], **tol())
 
 
 # ----------------------------------------------------------------------------- gather
