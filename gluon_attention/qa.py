@@ -168,14 +168,16 @@ def _check_loss_inputs(start_logits, start_position, end_position, is_impossible
 
 
 def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_position,
-            is_impossible, answerable_weight=1.0):
+            is_impossible, answerable_weight=1.0, sample_weight=None):
     """Mean negative log-likelihood of the gold span plus the weighted answerable loss.
 
     start_logits, end_logits (B, T) and answerable_logits (B, 2) are log-probabilities;
     start_position, end_position, is_impossible are int (B,). Impossible features point at
-    [CLS] (position 0). Imperatively, positions outside [0, T), labels other than 0/1 or a
-    batch size other than B raise ValueError. Returns a () array:
-    ``-0.5 * mean(start[gold] + end[gold]) - answerable_weight * mean(answerable[is_impossible])``.
+    [CLS] (position 0). ``sample_weight`` (B,) float, optional: each feature's weight in the
+    answerable term (0 leaves the answerable head untrained on it). Imperatively, positions
+    outside [0, T), labels other than 0/1 or a batch size other than B raise ValueError.
+    Returns a () array: ``-0.5 * mean(start[gold] + end[gold])
+    - answerable_weight * mean(sample_weight * answerable[is_impossible])``.
     """
     F = get_F(start_logits)
     if not _checks.is_symbol(start_logits):
@@ -183,4 +185,6 @@ def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_pos
     span = F.npx.pick(start_logits, start_position, axis=-1) + \
         F.npx.pick(end_logits, end_position, axis=-1)
     answerable = F.npx.pick(answerable_logits, is_impossible, axis=-1)
+    if sample_weight is not None:
+        answerable = answerable * sample_weight
     return -0.5 * F.np.mean(span) - answerable_weight * F.np.mean(answerable)

@@ -32,7 +32,7 @@ INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 RUN_KEYS = ('train_file', 'extra_train_file', 'exclude_titles', 'model_dir', 'max_seq_length',
             'doc_stride', 'max_query_length', 'impossible_ratio', 'no_answer_chunk_ratio', 'batch_size', 'lr', 'epochs',
             'max_steps', 'max_train_features', 'warmup_ratio', 'weight_decay', 'max_grad_norm',
-            'answerable_weight', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
+            'answerable_weight', 'plausible_spans', 'null_head_articles', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
             'attention_dropout', 'seed')
 
 
@@ -55,15 +55,19 @@ def _select_training(features, examples, args):
 
     Every feature holding its question's answer is kept; features of unanswerable questions are
     kept with probability ``args.impossible_ratio``; chunks of answerable questions that miss the
-    answer with probability ``args.no_answer_chunk_ratio``.
+    answer with probability ``args.no_answer_chunk_ratio``. With ``args.plausible_spans``, only
+    the unanswerable-question chunks holding the plausible span count as unanswerable features;
+    their other chunks are treated like chunks that miss the answer.
     """
     rng = onp.random.RandomState(args.seed)
+    plausible = getattr(args, 'plausible_spans', 0)
     keep = []
     for feature in features:
         draw = rng.rand()
         if not feature.is_impossible:
             keep.append(feature)
-        elif examples[feature.example_index].is_impossible:
+        elif examples[feature.example_index].is_impossible and (
+                not plausible or feature.start_position > 0):
             if draw < args.impossible_ratio:
                 keep.append(feature)
         elif draw < args.no_answer_chunk_ratio:
@@ -86,8 +90,16 @@ def load_data(args, tokenizer):
     stats = {}
     features = squad.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
-        is_training=True, stats=stats)
+        is_training=True, stats=stats, plausible_spans=bool(getattr(args, 'plausible_spans', 0)))
     features = _select_training(features, examples, args)
+    if getattr(args, 'null_head_articles', 'all') == 'with-impossible':
+        # Articles without a single impossible question (all of SQuAD 1.1) would teach the
+        # answerable head the topic of the article instead of the question: train it only on
+        # articles that hold both kinds of question.
+        mixed = {e.title for e in examples if e.is_impossible}
+        for feature in features:
+            if examples[feature.example_index].title not in mixed:
+                feature.answerable_loss_weight = 0.0
     eval_examples = squad.read_squad(_path(args.eval_file))
     if args.max_eval_examples:
         eval_examples = eval_examples[:args.max_eval_examples]
@@ -147,7 +159,8 @@ def _fingerprint(args):
 def _forward_loss(model, part, args, scale):
     start, end, answerable = model(*[part[k] for k in INPUT_NAMES], part['start_position'])
     loss = qa_loss(start, end, answerable, part['start_position'], part['end_position'],
-                   part['is_impossible'], args.answerable_weight)
+                   part['is_impossible'], args.answerable_weight,
+                   part['answerable_loss_weight'])
     return loss * scale
 
 

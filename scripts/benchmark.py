@@ -16,7 +16,7 @@ import sys
 import time
 
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode')
-PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling')
+PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bench_torch_peer.py')
 PEER_PYTHON = '/work/peer-venv/bin/python'
 
@@ -160,8 +160,8 @@ def markdown(rows, info, limit):
              'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
              'this row\'s time (> 1 = this row is faster).'.format(limit), '',
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '
-             'vs gluonnlp | vs torch SDPA | vs 2 batch_dot | peak MB |',
-             '|---|---|---|---:|---:|---:|---:|---:|---:|---:|']
+             'vs gluonnlp | vs torch SDPA | vs 2 batch_dot | vs GEMM+softmax floor | peak MB |',
+             '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|']
     for row in rows:
         ratio = row['ratio']
         cells = [row['config'], row['mode'], row['impl'], '%.2f' % (1e3 * row['median_s']),

@@ -54,6 +54,11 @@ def parse_args(argv=None):
     p.add_argument('--max-grad-norm', type=float, default=1.0)
     p.add_argument('--answerable-weight', type=float, default=0.5,
                    help='weight of the answerable loss against the span loss')
+    p.add_argument('--plausible-spans', type=int, default=0, choices=(0, 1),
+                   help='train the span heads on the plausible answers of impossible questions')
+    p.add_argument('--null-head-articles', default='all', choices=('all', 'with-impossible'),
+                   help="articles whose features train the answerable head ('with-impossible': "
+                        "only articles that also have impossible questions)")
     p.add_argument('--freeze-word-embeddings', type=int, default=1, choices=(0, 1))
     p.add_argument('--classifier-dropout', type=float, default=0.1)
     p.add_argument('--dropout', type=float, default=0.1, help='encoder hidden dropout')

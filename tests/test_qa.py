@@ -127,6 +127,26 @@ def test_loss_gradients_finite_and_zero_at_masked_tokens():
         assert onp.all(onp.isfinite(param.grad().asnumpy())), name
 
 
+def test_loss_value_and_sample_weight():
+    """qa_loss against a float64 NumPy computation; a 0 sample weight drops a feature from the
+    answerable term (and only from it)."""
+    rng = onp.random.RandomState(5)
+    logp = lambda x: x - onp.log(onp.exp(x).sum(-1, keepdims=True))
+    start, end, ans = logp(rng.normal(size=(3, 6))), logp(rng.normal(size=(3, 6))), \
+        logp(rng.normal(size=(3, 2)))
+    sp, ep, imp = onp.array([0, 2, 4]), onp.array([0, 3, 5]), onp.array([1, 0, 0])
+    weight = onp.array([0.0, 1.0, 0.5])
+    rows = onp.arange(3)
+    span = -0.5 * (start[rows, sp] + end[rows, ep]).mean()
+    args = [np.array(x, dtype='float32') for x in (start, end, ans)] + \
+        [np.array(x, dtype='int32') for x in (sp, ep, imp)]
+    got = qa_loss(*args, answerable_weight=0.7)
+    onp.testing.assert_allclose(float(got), span - 0.7 * ans[rows, imp].mean(), rtol=1e-5)
+    got = qa_loss(*args, 0.7, np.array(weight, dtype='float32'))
+    onp.testing.assert_allclose(float(got), span - 0.7 * (weight * ans[rows, imp]).mean(),
+                                rtol=1e-5)
+
+
 def test_c04_float16_contextual_embedding():
     """C04: QA head on a float16 (2, 16, 32) embedding with the 5 question and 4 padding
     positions blocked: finite loss and gradients, blocked positions -inf and never chosen,

@@ -89,3 +89,28 @@ def test_export_inference_script_round_trip(tmp_path):
     report = json.loads(proc.stdout[proc.stdout.index('{'):])
     assert report['ok'] and report['max_abs_diff'] <= 1e-5
     assert os.path.exists(report['symbol']) and os.path.exists(report['inputs'])
+
+
+def test_training_selection_with_plausible_spans():
+    """With plausible spans, only the impossible questions' chunks that hold the plausible span
+    follow --impossible-ratio; their other chunks follow --no-answer-chunk-ratio."""
+    from types import SimpleNamespace
+    from gluon_attention.squad_job import _select_training
+    examples = [SimpleNamespace(is_impossible=False), SimpleNamespace(is_impossible=True)]
+    kinds = {'answer': (0, False, 5), 'missed': (0, True, 0), 'plausible': (1, True, 5),
+             'elsewhere': (1, True, 0)}
+    features = [SimpleNamespace(kind=kind, example_index=e, is_impossible=imp, start_position=s)
+                for kind, (e, imp, s) in kinds.items() for _ in range(400)]
+
+    def kept(**ratios):
+        args = SimpleNamespace(seed=0, max_train_features=0, **ratios)
+        chosen = _select_training(features, examples, args)
+        return {kind: sum(f.kind == kind for f in chosen) / 400 for kind in kinds}
+
+    plain = kept(impossible_ratio=1.0, no_answer_chunk_ratio=0.0, plausible_spans=0)
+    assert plain == {'answer': 1.0, 'missed': 0.0, 'plausible': 1.0, 'elsewhere': 1.0}
+    marked = kept(impossible_ratio=1.0, no_answer_chunk_ratio=0.0, plausible_spans=1)
+    assert marked == {'answer': 1.0, 'missed': 0.0, 'plausible': 1.0, 'elsewhere': 0.0}
+    mixed = kept(impossible_ratio=0.0, no_answer_chunk_ratio=0.5, plausible_spans=1)
+    assert mixed['plausible'] == 0.0 and mixed['answer'] == 1.0
+    assert 0.4 < mixed['missed'] < 0.6 and 0.4 < mixed['elsewhere'] < 0.6

@@ -125,6 +125,48 @@ def test_read_v1_style_question_without_is_impossible(tmp_path):
     assert example == SquadExample('q1', 'T', 'Who?', 'Duke Rollo ruled.', [('Rollo', 5)], False)
 
 
+def test_plausible_answers_read_for_impossible_questions_only(tmp_path, small):
+    impossible = [e for e in small if e.is_impossible]
+    assert len(impossible) == 333 and all(e.plausible_answers for e in impossible)
+    assert not any(e.plausible_answers for e in small if not e.is_impossible)
+    for e in impossible:
+        for text, start in e.plausible_answers:
+            assert e.context[start:start + len(text)] == text
+    # An entry whose offset misses its text is dropped, not fatal (it is not a gold answer).
+    path = tmp_path / 'plausible.json'
+    path.write_text(json.dumps(_squad_json(is_impossible=True, answers=[], plausible_answers=[
+        {'text': 'Rollo', 'answer_start': 4}, {'text': 'Rollo', 'answer_start': 5}])))
+    [example] = read_squad(path)
+    assert example.plausible_answers == [('Rollo', 5)] and example.answers == []
+
+
+def test_plausible_spans_point_impossible_chunks_at_the_plausible_answer(small, tokenizer):
+    stats = {}
+    plain = convert_examples_to_features(small, tokenizer, 128, 64, 32, is_training=True)
+    marked = convert_examples_to_features(small, tokenizer, 128, 64, 32, is_training=True,
+                                          stats=stats, plausible_spans=True)
+    assert len(plain) == len(marked)
+    assert 0.95 * 333 <= stats['plausible'] <= 333
+    holding = 0
+    for a, b in zip(plain, marked):
+        example = small[b.example_index]
+        assert a.is_impossible == b.is_impossible and a.input_ids == b.input_ids
+        if not example.is_impossible:
+            assert (a.start_position, a.end_position) == (b.start_position, b.end_position)
+            continue
+        assert b.is_impossible and a.start_position == a.end_position == 0
+        if b.start_position:
+            holding += 1
+            low = b.context_offset
+            assert low <= b.start_position <= b.end_position < b.context_range[1]
+            text = example.context[b.token_to_char[b.start_position - low][0]:
+                                   b.token_to_char[b.end_position - low][1]]
+            assert normalize_answer(example.plausible_answers[0][0]) in normalize_answer(text)
+        else:
+            assert b.end_position == 0
+    assert holding >= stats['plausible']          # every matched span lies in some chunk
+
+
 # ------------------------------------------------------------------------------------ features
 def test_gold_spans_match_answers_on_real_data(small, small_features):
     """Each answerable question's gold tokens contain its answer; the mismatch count is reported."""
@@ -226,7 +268,11 @@ def test_batchify_pads_and_rounds(small_features):
     assert {k: v.dtype.name for k, v in batch.items()} == {
         'input_ids': 'int32', 'token_types': 'int32', 'p_mask': 'float32',
         'valid_length': 'int32', 'start_position': 'int32', 'end_position': 'int32',
-        'is_impossible': 'int32'}
+        'is_impossible': 'int32', 'answerable_loss_weight': 'float32'}
+    assert (batch['answerable_loss_weight'] == 1.0).all()
+    features[0].answerable_loss_weight = 0.0
+    assert batchify(features)['answerable_loss_weight'].tolist() == [0.0] + [1.0] * 6
+    features[0].answerable_loss_weight = 1.0
     for b, f in enumerate(features):
         assert batch['input_ids'][b, :f.valid_length].tolist() == f.input_ids
         assert (batch['input_ids'][b, f.valid_length:] == 0).all()
@@ -250,7 +296,7 @@ def test_training_mode_skips_mismatched_spans(tokenizer):
     bad = SquadExample('bad', 'T', 'q', 'abc def', [('zzz', 2)], False)  # built by hand
     stats = {}
     assert convert_examples_to_features([bad], tokenizer, stats=stats) == []
-    assert stats == dict(answerable=1, recovered=0, mismatch=1, skipped=1)
+    assert stats == dict(answerable=1, recovered=0, mismatch=1, skipped=1, plausible=0)
     [feature] = convert_examples_to_features([bad], tokenizer, is_training=False)
     assert feature.qas_id == 'bad'
 

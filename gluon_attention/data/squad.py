@@ -58,13 +58,19 @@ def default_data_path(name):
 
 @dataclasses.dataclass
 class SquadExample:
-    """One SQuAD question. ``answers`` holds (text, char_start) pairs; empty when impossible."""
+    """One SQuAD question. ``answers`` holds (text, char_start) pairs; empty when impossible.
+
+    ``plausible_answers`` (SQuAD 2.0 impossible questions only): the (text, char_start) pairs of
+    the file's ``plausible_answers``, the span a crowd worker wrote the question to look like it
+    asks for; entries whose offset does not point at their text are left out.
+    """
     qas_id: str
     title: str
     question: str
     context: str
     answers: list
     is_impossible: bool
+    plausible_answers: list = dataclasses.field(default_factory=list)
 
 
 def _field(record, key, kind, where):
@@ -95,7 +101,15 @@ def _parse_question(qa, title, context, where):
     if impossible == bool(answers):
         fail('{}: expected answers to be empty exactly when is_impossible is true'.format(where),
              is_impossible=impossible, num_answers=len(answers))
-    return SquadExample(qas_id, title, question, context, answers, impossible)
+    plausible = []
+    if impossible and isinstance(qa.get('plausible_answers'), list):
+        for answer in qa['plausible_answers']:
+            text = answer.get('text') if isinstance(answer, dict) else None
+            start = answer.get('answer_start') if isinstance(answer, dict) else None
+            if (isinstance(text, str) and text and isinstance(start, int)
+                    and context[start:start + len(text)] == text):
+                plausible.append((text, start))
+    return SquadExample(qas_id, title, question, context, answers, impossible, plausible)
 
 
 def _load_json(path):

@@ -75,7 +75,9 @@ class SquadFeature:
     Lists have ``valid_length`` entries (input_ids, token_types, p_mask) or ``chunk_length``
     entries (token_to_char: (start, end) character span of each chunk token in the original
     context; token_is_max_context). ``start_position``/``end_position`` index ``input_ids``; both
-    are 0 (CLS) when the question is impossible or this chunk misses part of the gold span.
+    are 0 (CLS) when the question is impossible or this chunk misses part of the gold span, except
+    that features built with ``plausible_spans=True`` point an impossible question's chunk at its
+    plausible answer when the chunk holds it (``is_impossible`` stays True).
     """
     qas_id: str
     example_index: int
@@ -92,6 +94,7 @@ class SquadFeature:
     start_position: int
     end_position: int
     is_impossible: bool
+    answerable_loss_weight: float = 1.0
 
     @property
     def context_range(self):
@@ -164,7 +167,8 @@ def _check_lengths(max_seq_length, doc_stride, max_query_length):
 
 
 def _example_features(index, example, query, context_ids, offsets, span, special_ids, sizes):
-    """The features of one example (one per chunk); ``span`` is its gold token span or None."""
+    """The features of one example (one per chunk); ``span`` is its gold token span (or, for an
+    impossible question, its plausible span) or None."""
     cls_id, sep_id = special_ids
     max_seq_length, doc_stride = sizes
     context_offset = len(query) + 2
@@ -182,12 +186,13 @@ def _example_features(index, example, query, context_ids, offsets, span, special
             valid_length=context_offset + n + 1, context_offset=context_offset,
             chunk_start=s, chunk_length=n, token_to_char=list(offsets[s:s + n]),
             token_is_max_context=list(is_max), start_position=start, end_position=end,
-            is_impossible=not inside))
+            is_impossible=example.is_impossible or not inside))
     return features
 
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_stride=128,
-                                 max_query_length=64, is_training=True, stats=None):
+                                 max_query_length=64, is_training=True, stats=None,
+                                 plausible_spans=False):
     """Tokenise examples into chunked features with gold token spans.
 
     The query is truncated to ``max_query_length`` tokens; the context is split into chunks of
@@ -208,7 +213,13 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
         When True, answerable examples whose gold span does not match are dropped.
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
-        another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped).
+        another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
+        'plausible' (impossible questions given a plausible span).
+    plausible_spans : bool
+        When True, an impossible question's chunks that hold the span of its first plausible
+        answer (matched like a gold span) carry that span as start/end positions, still marked
+        ``is_impossible``: the span heads learn from it while the answerable head learns to
+        reject it. Its other chunks point at [CLS] as usual.
 
     Returns
     -------
@@ -229,7 +240,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     encoded = {text: (e.ids, e.offsets) for text, e in
                zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False))}
     queries = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
-    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0)
+    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0)
     features = []
     for index, (example, query) in enumerate(zip(examples, queries)):
         context_ids, offsets = encoded[example.context]
@@ -241,6 +252,10 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
             if how == 'mismatch' and is_training:
                 counts['skipped'] += 1
                 continue
+        elif plausible_spans and example.plausible_answers:
+            span, how = _gold_span(offsets, example.context, *example.plausible_answers[0])
+            span = None if how == 'mismatch' else span
+            counts['plausible'] += span is not None
         features += _example_features(index, example, query.ids[:max_query_length], context_ids,
                                       offsets, span, special_ids, (max_seq_length, doc_stride))
     counts.pop('exact', None)
@@ -290,4 +305,6 @@ def batchify(features, pad_id=0, round_to=None):
             batch[key][b, :feature.valid_length] = getattr(feature, key)
     for key in ('valid_length', 'start_position', 'end_position', 'is_impossible'):
         batch[key] = onp.array([getattr(f, key) for f in features], dtype=onp.int32)
+    batch['answerable_loss_weight'] = onp.array([f.answerable_loss_weight for f in features],
+                                                dtype=onp.float32)
     return batch
