@@ -37,10 +37,12 @@ def parse_args(argv=None):
     p.add_argument('--eval-max-seq-length', type=int, default=384)
     p.add_argument('--doc-stride', type=int, default=64)
     p.add_argument('--max-query-length', type=int, default=32)
-    p.add_argument('--impossible-ratio', type=float, default=0.3,
-                   help='fraction of the features of unanswerable questions kept for training')
-    p.add_argument('--no-answer-chunk-ratio', type=float, default=0.3,
-                   help='fraction kept of the chunks of answerable questions that miss the answer')
+    p.add_argument('--impossible-ratio', type=float, default=1.0,
+                   help='fraction of the features of unanswerable questions kept for training '
+                        '(with --plausible-spans: of their chunks holding the plausible answer)')
+    p.add_argument('--no-answer-chunk-ratio', type=float, default=0.05,
+                   help='fraction kept of the chunks that miss the answer (and, with '
+                        '--plausible-spans, the plausible answer)')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--eval-batch-size', type=int, default=32)
     p.add_argument('--lr', type=float, default=2e-4)
@@ -52,9 +54,9 @@ def parse_args(argv=None):
     p.add_argument('--warmup-ratio', type=float, default=0.1)
     p.add_argument('--weight-decay', type=float, default=0.01)
     p.add_argument('--max-grad-norm', type=float, default=1.0)
-    p.add_argument('--answerable-weight', type=float, default=0.5,
+    p.add_argument('--answerable-weight', type=float, default=1.0,
                    help='weight of the answerable loss against the span loss')
-    p.add_argument('--plausible-spans', type=int, default=0, choices=(0, 1),
+    p.add_argument('--plausible-spans', type=int, default=1, choices=(0, 1),
                    help='train the span heads on the plausible answers of impossible questions')
     p.add_argument('--null-head-articles', default='all', choices=('all', 'with-impossible'),
                    help="articles whose features train the answerable head ('with-impossible': "
