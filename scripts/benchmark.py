@@ -108,11 +108,13 @@ def memory_of(impl, config, mode, args, python):
         return None
 
 
-def measure(args, torch_peer, python):
+def measure(args, torch_peer, python, on_row=None):
+    """Rows of the table; ``on_row(rows)`` is called after each configuration and mode."""
     from gluon_attention import bench
     rows = []
     for config in args.configs:
         for mode in args.modes:
+            gc.collect()     # free the previous row's graphs (blocks hold reference cycles)
             made = bench.factories(config, mode, gluonnlp=not args.no_gluonnlp)
             keep = [p for p in args.impls.split(',') if p]
             impls = {name: make() for name, make in made.items()
@@ -134,6 +136,8 @@ def measure(args, torch_peer, python):
                 medians.update(bench.interleaved_medians({}, args.repeats, external))
             else:
                 medians = bench.interleaved_medians(impls, args.repeats, external)
+            impls.clear()
+            gc.collect()     # before the memory processes start
             gflop = bench.attention_gflop(config, mode)
             for impl, seconds in medians.items():
                 row = dict(config=config, shape=bench.CONFIGS[config], mode=mode, impl=impl,
@@ -144,6 +148,8 @@ def measure(args, torch_peer, python):
                     row['peak_mb'] = row['peak_mb'] and row['peak_mb'] / 2 ** 20
                 rows.append(row)
             print('{} {} done'.format(config, mode), flush=True)
+            if on_row:
+                on_row(rows)
     return rows
 
 
@@ -195,21 +201,28 @@ def main(argv=None):
     python = torch_python(args.torch_python)
     torch_peer = TorchPeer(python, args.threads) if python else None
     start = time.time()
+    os.makedirs(os.path.dirname(args.out) or '.', exist_ok=True)
+
+    def write(rows, final=False):
+        """The table so far (a killed run keeps its finished rows), atomically."""
+        info = versions(args, torch_peer)
+        info.update(gemm_limit_gflops=limit, repeats=args.repeats,
+                    seconds=time.time() - start, complete=final)
+        table = markdown(rows, info, limit)
+        for suffix, text in (('.md', table), ('.json', json.dumps({'info': info, 'rows': rows},
+                                                                  indent=1))):
+            with open(args.out + suffix + '.tmp', 'w') as out:
+                out.write(text)
+            os.replace(args.out + suffix + '.tmp', args.out + suffix)
+        return table
+
     try:
         limit = bench.gemm_limit_gflops()
-        rows = measure(args, torch_peer, python)
+        rows = measure(args, torch_peer, python, on_row=write)
     finally:
         if torch_peer:
             torch_peer.close()
-    info = versions(args, torch_peer)
-    info.update(gemm_limit_gflops=limit, repeats=args.repeats, seconds=time.time() - start)
-    table = markdown(rows, info, limit)
-    print(table)
-    os.makedirs(os.path.dirname(args.out) or '.', exist_ok=True)
-    with open(args.out + '.md', 'w') as md:
-        md.write(table)
-    with open(args.out + '.json', 'w') as out:
-        json.dump({'info': info, 'rows': rows}, out, indent=1)
+    print(write(rows, final=True))
     print('wrote {0}.md and {0}.json'.format(args.out))
 
 
