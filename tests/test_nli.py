@@ -400,7 +400,8 @@ def test_script_smoke_train_export_evaluate_predict_plot(tmp_path, capsys):
     folder = tmp_path / 'lines'
     folder.mkdir()
     for kind in ('s1', 's2', 'labels'):
-        rows = (LINES / (kind + '.dev')).read_text(encoding='utf-8').splitlines()[:30]
+        packaged_lines = ROOT / 'gluon_attention' / 'resources' / 'snli' / (kind + '.dev')
+        rows = packaged_lines.read_text(encoding='utf-8').splitlines()[:30]
         (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
     evaluated = script.main(common + ['--evaluate', str(folder / 'tiny')])
     assert evaluated['num_examples'] == 30 and (tmp_path / 'run' / 'eval_metrics.json').is_file()
