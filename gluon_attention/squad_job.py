@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import mxnet as mx
 import numpy as onp
@@ -165,7 +166,12 @@ def _forward_loss(model, part, args, scale):
 
 
 def train(model, features, args, contexts):
-    """Train (or resume); returns (steps of the whole run, steps run by this call)."""
+    """Train (or resume).
+
+    Returns (steps of the whole run, steps run by this call, training seconds of the whole run):
+    the seconds are summed over resumed calls through the checkpoints' metadata.
+    """
+    started = time.time()
     batches = _schedule(features, args)
     first = squad.batchify([features[i] for i in batches[0][:len(contexts)]], round_to=8)
     for part in split_batch(first, contexts):        # materialise deferred shapes
@@ -173,12 +179,15 @@ def train(model, features, args, contexts):
     params = [p for p in model.collect_params().values() if p.grad_req != 'null']
     optimizer = AdamW(params, weight_decay=args.weight_decay)
     manager = CheckpointManager(os.path.join(args.output_dir, 'checkpoints'))
-    fingerprint, begin = _fingerprint(args), 0
+    fingerprint, begin, earlier_seconds = _fingerprint(args), 0, 0.0
     entry = manager.latest()
     if entry is not None and entry['meta'].get('fingerprint') == fingerprint:
         manager.restore(entry, model, optimizer, contexts)
         begin = entry['step']
+        earlier_seconds = float(entry['meta'].get('train_seconds', 0.0))
         print('resuming from step {} of {}'.format(begin, len(batches)))
+        if begin == len(batches):
+            return len(batches), 0, earlier_seconds
     elif entry is not None:
         print('checkpoints in {} belong to another configuration; starting afresh'.format(
             manager.folder))
@@ -200,8 +209,10 @@ def train(model, features, args, contexts):
                                  feats_s='{:.1f}'.format(progress.format_dict['rate'] * size
                                                          if progress.format_dict['rate'] else 0))
         if (step + 1) % args.checkpoint_every == 0 or step + 1 == len(batches):
-            manager.save(step + 1, model, optimizer, {'fingerprint': fingerprint})
-    return len(batches), len(batches) - begin
+            seconds = round(earlier_seconds + time.time() - started, 1)
+            manager.save(step + 1, model, optimizer, {'fingerprint': fingerprint,
+                                                      'train_seconds': seconds})
+    return len(batches), len(batches) - begin, seconds    # the last step always saves
 
 
 def _eval_batches(features, batch_size):
@@ -247,17 +258,6 @@ def write_outputs(folder, results):
     atomic_write_json(os.path.join(folder, 'nbest_predictions.json'), results['nbest'])
     atomic_write_json(os.path.join(folder, 'metrics.json'), metrics)
     results['metrics'] = metrics
-
-
-def previous_training_timing(folder):
-    """``train_seconds`` and ``train_features_per_second`` of an earlier metrics.json in
-    ``folder`` (empty dict when there is none)."""
-    try:
-        with open(os.path.join(folder, 'metrics.json'), encoding='utf-8') as f:
-            metrics = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {k: metrics[k] for k in ('train_seconds', 'train_features_per_second') if k in metrics}
 
 
 def format_metrics(metrics):

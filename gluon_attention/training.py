@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import sys
 
 import mxnet as mx
 import numpy as onp
@@ -211,6 +212,8 @@ class CheckpointManager:
             if all(os.path.exists(p) and _sha256(p) == i['sha256']
                    for p, i in zip(paths, entry['files'].values())):
                 return entry
+            print('checkpoint of step {} in {} is missing or fails its sha256 check; trying an '
+                  'older one'.format(entry['step'], self.folder), file=sys.stderr)
         return None
 
     def restore(self, entry, block, optimizer, ctx):

@@ -30,7 +30,7 @@ def parse_args(argv=None):
     p.add_argument('--eval-file', default='haystack-small')
     p.add_argument('--model-dir', default=None,
                    help='folder with config.json, model.safetensors, tokenizer.json '
-                        '(default: the embedded all-MiniLM-L6-v2)')
+                        '(None: the embedded all-MiniLM-L6-v2)')
     p.add_argument('--output-dir', default='runs/squad')
     p.add_argument('--version-2-with-negative', type=int, default=1, choices=(0, 1))
     p.add_argument('--max-seq-length', type=int, default=128)
@@ -93,6 +93,17 @@ def parse_args(argv=None):
         if not (value >= 0 and value < float('inf')):          # also rejects nan
             p.error('--{} must be a finite number >= 0. Received: {}'.format(
                 name.replace('_', '-'), value))
+    for name in ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio'):
+        if getattr(args, name) > 1:
+            p.error('--{} is a fraction in [0, 1]. Received: {}'.format(
+                name.replace('_', '-'), getattr(args, name)))
+    for name in ('dropout', 'attention_dropout', 'classifier_dropout'):
+        if not 0 <= getattr(args, name) < 1:
+            p.error('--{} must lie in [0, 1). Received: {}'.format(
+                name.replace('_', '-'), getattr(args, name)))
+    if not abs(args.null_score_diff_threshold) < float('inf'):
+        p.error('--null-score-diff-threshold must be a finite number. Received: {}'.format(
+            args.null_score_diff_threshold))
     return args
 
 
@@ -103,26 +114,26 @@ def main(argv=None):
     import mxnet as mx
     from gluon_attention import squad_job as job
     mx.npx.set_np()
-    contexts = job.parse_ctx(args.ctx)
-    os.makedirs(args.output_dir, exist_ok=True)
-    tokenizer, model_dir = job.tokenizer_and_model_dir(args.model_dir)
-    try:
+    try:            # what the command line names must exist before any work starts
+        contexts = job.parse_ctx(args.ctx)
+        gpus = [c.device_id for c in contexts if c.device_type == 'gpu']
+        if gpus and max(gpus) >= mx.context.num_gpus():
+            raise ValueError('--ctx {} names a GPU but this MXNet sees {} GPU(s)'.format(
+                args.ctx, mx.context.num_gpus()))
+        os.makedirs(args.output_dir, exist_ok=True)
+        tokenizer, model_dir = job.tokenizer_and_model_dir(args.model_dir)
         train_features, eval_examples, eval_features = job.load_data(args, tokenizer)
-    except (ValueError, OSError) as err:        # a missing or malformed data file
+    except (ValueError, OSError) as err:        # a bad device, folder or data file
         raise SystemExit('run_squad.py: error: {}'.format(err)) from None
     model = job.build_model(model_dir, args, contexts)
-    start = time.time()
-    trained_steps, steps_here = job.train(model, train_features, args, contexts)
-    train_seconds = time.time() - start
+    trained_steps, _, train_seconds = job.train(model, train_features, args, contexts)
     start = time.time()
     inference, outputs = job.predict(model, eval_features, args, contexts[0])
     results = job.evaluate(eval_examples, eval_features, outputs, args)
     results.update(train_seconds=round(train_seconds, 1), eval_seconds=round(time.time() - start, 1),
                    train_steps=trained_steps,
                    train_features_per_second=round(
-                       steps_here * args.batch_size / max(train_seconds, 1e-9), 2))
-    if steps_here == 0:         # nothing left to train: keep the timing of the run that trained
-        results.update(job.previous_training_timing(args.output_dir))
+                       trained_steps * args.batch_size / max(train_seconds, 1e-9), 2))
     job.write_outputs(args.output_dir, results)
     print(job.format_metrics(results['metrics']))
     if not args.skip_export:
