@@ -82,6 +82,10 @@ def load_data(args, tokenizer):
     examples = squad.read_squad(_path(args.train_file), exclude_titles=exclude)
     if args.extra_train_file:
         examples += squad.read_squad(_path(args.extra_train_file), exclude_titles=exclude)
+    absent = set(exclude) - {e.title for e in squad.read_squad(_path(args.train_file))}
+    if absent:
+        print('note: --exclude-titles names articles not in --train-file: {}'.format(
+            ', '.join(sorted(absent))))
     if not args.version_2_with_negative:
         examples = [e for e in examples if not e.is_impossible]
     unique = {}
@@ -193,6 +197,7 @@ def train(model, features, args, contexts):
             manager.folder))
     progress = tqdm(range(begin, len(batches)), initial=begin, total=len(batches),
                     desc='train', unit='step', dynamic_ncols=True)
+    loop_start, features_done = time.time(), 0
     for step in progress:
         seed_step(args.seed, step)
         arrays = squad.batchify([features[i] for i in batches[step]], round_to=8)
@@ -203,11 +208,11 @@ def train(model, features, args, contexts):
         autograd.backward(losses)
         lr = linear_warmup_decay(step, len(batches), args.lr, args.warmup_ratio)
         optimizer.step(lr, args.max_grad_norm)
-        if step % 10 == 0:
+        features_done += size
+        if step % 10 == 0 or step + 1 == len(batches):
             progress.set_postfix(loss='{:.3f}'.format(sum(float(l) for l in losses)),
-                                 lr='{:.1e}'.format(lr),
-                                 feats_s='{:.1f}'.format(progress.format_dict['rate'] * size
-                                                         if progress.format_dict['rate'] else 0))
+                                 lr='{:.1e}'.format(lr), feats_s='{:.1f}'.format(
+                                     features_done / max(time.time() - loop_start, 1e-9)))
         if (step + 1) % args.checkpoint_every == 0 or step + 1 == len(batches):
             seconds = round(earlier_seconds + time.time() - started, 1)
             manager.save(step + 1, model, optimizer, {'fingerprint': fingerprint,
