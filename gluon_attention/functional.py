@@ -13,7 +13,8 @@ import math
 import mxnet as mx
 
 from . import _checks, layout as _layout
-from .masking import broadcast_mask_terms, get_F, logical_and, mask_fill_like, masked_fill
+from .masking import (broadcast_mask_terms, get_F, length_softmax, logical_and,
+                      mask_fill_like, masked_fill, memory_length_mask)
 
 __all__ = ['get_F', 'masked_softmax', 'masked_log_softmax', 'l2_normalize', 'dot_attn_score',
            'multi_head_dot_attn', 'select_vectors_by_position', 'float32_on_cpu']
@@ -224,29 +225,6 @@ def _check_multi_head(query, key, value, mask, edge_scores, layout, valid_length
                 scores_shape), **{'edge_scores.shape': es})
 
 
-def _memory_length_mask(F, logits, valid_length):
-    """(B,) or (B, L_q) lengths -> bool (B, 1 or L_q, L_m): memory position j < length."""
-    steps = F.npx.arange_like(logits, axis=-1)                                 # (L_m,)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
-    return F.np.expand_dims(length, -1) > steps
-
-
-def _length_softmax(F, logits, valid_length):
-    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
-
-    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
-    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
-    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
-    so that a graph never reads past a row.
-    """
-    rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
-    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
-    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)))      # () L_m
-    length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
-    return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)
-
-
 @float32_on_cpu
 def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=0.0, scaled=True,
                         normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
@@ -321,14 +299,14 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         logits = logits + (edge_scores if scale is None else edge_scores * scale)
     scores = logits if scale is None else logits / scale                    # raw, unscaled
     if valid_length is not None and mask is not None:
-        mask = logical_and(F, mask.astype('bool'), _memory_length_mask(F, logits, valid_length))
+        mask = logical_and(F, mask.astype('bool'), memory_length_mask(F, logits, valid_length))
     mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
         weights = masked_softmax(logits, mask, axis=-1)
     elif valid_length is not None:
-        mask_3d = _memory_length_mask(F, logits, valid_length)              # (B, 1|L_q, L_m)
-        weights = _length_softmax(F, logits, valid_length)
+        mask_3d = memory_length_mask(F, logits, valid_length)              # (B, 1|L_q, L_m)
+        weights = length_softmax(F, logits, valid_length)
     else:
         weights = F.npx.softmax(logits, axis=-1)
     if dropout:

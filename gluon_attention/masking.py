@@ -26,7 +26,7 @@ from . import _checks
 
 __all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill',
            'valid_length_to_mask', 'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks',
-           'length_mask', 'SEQUENCE_LAYOUTS']
+           'length_mask', 'memory_length_mask', 'length_softmax', 'SEQUENCE_LAYOUTS']
 
 SEQUENCE_LAYOUTS = ('NT', 'TN')
 
@@ -240,3 +240,26 @@ def length_mask(key, valid_length):
     steps = F.npx.arange_like(key, axis=1).astype('float32')                 # (L_m,)
     length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
     return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
+
+
+def memory_length_mask(F, logits, valid_length):
+    """(B,) or (B, L_q) lengths -> bool (B, 1 or L_q, L_m): memory position j < length."""
+    steps = F.npx.arange_like(logits, axis=-1)                                 # (L_m,)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
+    return F.np.expand_dims(length, -1) > steps
+
+
+def length_softmax(F, logits, valid_length):
+    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
+
+    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
+    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
+    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
+    so that a graph never reads past a row.
+    """
+    rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
+    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
+    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)))      # () L_m
+    length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
+    return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)
