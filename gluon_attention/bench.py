@@ -72,7 +72,7 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False):
     q, k, v = (np.array(x.transpose(perm).copy()) for x in (q, k, v))
     for x in (q, k, v):
         x.attach_grad()
-    lm = k.shape[0] if layout == 'TNK' else k.shape[2 if layout in (None, 'NKT') else 1]
+    lm = CONFIGS[config][3]
     mask = np.array(onp.arange(lm)[None, None, :] < lengths[:, None, None])   # (B, 1, L_m)
     if chunked:
         vl = np.array(lengths)
@@ -87,12 +87,17 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False):
     return lambda: _run(cell, (q, k, v, mask), mode)
 
 
+def _nkt_arrays(config):
+    """(query, key, value) as NKT mx.np arrays with gradients attached."""
+    arrays = [np.array(x) for x in make_inputs(config)[:3]]
+    for x in arrays:
+        x.attach_grad()
+    return arrays
+
+
 def _batch_dot_ceiling(config, mode):
     """The two attention GEMMs alone (no scaling, masking or softmax)."""
-    q, k, v, _ = make_inputs(config)
-    q, k, v = (np.array(x) for x in (q, k, v))
-    for x in (q, k, v):
-        x.attach_grad()
+    q, k, v = _nkt_arrays(config)
 
     def two_gemms(q, k, v):
         return npx.batch_dot(npx.batch_dot(q, k, transpose_b=True), v)
@@ -102,10 +107,7 @@ def _batch_dot_ceiling(config, mode):
 def _softmax_floor(config, mode):
     """The two GEMMs with the (oneDNN) softmax between them: no scale, no mask, no other
     output. What any exact composition of MXNet operators must at least spend."""
-    q, k, v, _ = make_inputs(config)
-    q, k, v = (np.array(x) for x in (q, k, v))
-    for x in (q, k, v):
-        x.attach_grad()
+    q, k, v = _nkt_arrays(config)
 
     def floor(q, k, v):
         return npx.batch_dot(npx.softmax(npx.batch_dot(q, k, transpose_b=True), axis=-1), v)

@@ -13,8 +13,8 @@ import math
 import mxnet as mx
 
 from . import _checks, layout as _layout
-from .masking import (broadcast_mask_terms, get_F, length_softmax, logical_and,
-                      mask_fill_like, masked_fill, memory_length_mask)
+from .masking import (broadcast_mask_terms, get_F, length_mask, length_softmax, logical_and,
+                      mask_fill_like, masked_fill)
 
 __all__ = ['get_F', 'masked_softmax', 'masked_log_softmax', 'l2_normalize', 'dot_attn_score',
            'multi_head_dot_attn', 'select_vectors_by_position', 'float32_on_cpu']
@@ -299,13 +299,13 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         logits = logits + (edge_scores if scale is None else edge_scores * scale)
     scores = logits if scale is None else logits / scale                    # raw, unscaled
     if valid_length is not None and mask is not None:
-        mask = logical_and(F, mask.astype('bool'), memory_length_mask(F, logits, valid_length))
+        mask = logical_and(F, mask.astype('bool'), length_mask(logits, valid_length, axis=-1))
     mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
         weights = masked_softmax(logits, mask, axis=-1)
     elif valid_length is not None:
-        mask_3d = memory_length_mask(F, logits, valid_length)              # (B, 1|L_q, L_m)
+        mask_3d = length_mask(logits, valid_length, axis=-1)              # (B, 1|L_q, L_m)
         weights = length_softmax(F, logits, valid_length)
     else:
         weights = F.npx.softmax(logits, axis=-1)

@@ -26,7 +26,7 @@ from . import _checks
 
 __all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill',
            'valid_length_to_mask', 'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks',
-           'length_mask', 'memory_length_mask', 'length_softmax', 'SEQUENCE_LAYOUTS']
+           'length_mask', 'length_softmax', 'SEQUENCE_LAYOUTS']
 
 SEQUENCE_LAYOUTS = ('NT', 'TN')
 
@@ -231,22 +231,16 @@ def combine_masks(*masks):
     return out
 
 
-def length_mask(key, valid_length):
+def length_mask(key, valid_length, axis=1):
     """Key-padding mask from lengths: (B,) -> (B, 1, L_m); (B, L_q) -> (B, L_q, L_m); bool.
 
-    ``key`` is (B, L_m, C); only its shape is used (shape-free).
+    ``key`` holds L_m on ``axis`` ((B, L_m, C) by default; e.g. the (B, K, L_q, L_m) scores with
+    ``axis=-1``); only its shape is used (shape-free).
     """
     F = get_F(key)
-    steps = F.npx.arange_like(key, axis=1).astype('float32')                 # (L_m,)
+    steps = F.npx.arange_like(key, axis=axis).astype('float32')              # (L_m,)
     length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
     return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
-
-
-def memory_length_mask(F, logits, valid_length):
-    """(B,) or (B, L_q) lengths -> bool (B, 1 or L_q, L_m): memory position j < length."""
-    steps = F.npx.arange_like(logits, axis=-1)                                 # (L_m,)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
-    return F.np.expand_dims(length, -1) > steps
 
 
 def length_softmax(F, logits, valid_length):
