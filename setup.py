@@ -18,7 +18,8 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.11,<3.12',
     packages=find_packages(include=['gluon_attention', 'gluon_attention.*']),
-    package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*']},
+    package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'csrc/*.cc',
+                                     '_lib/*.so']},
     include_package_data=True,
     install_requires=[
         'mxnet==1.9.1',

@@ -18,7 +18,7 @@ import mxnet as mx
 import numpy as onp
 from mxnet.gluon import HybridBlock, nn
 
-from . import _checks
+from . import _checks, fused as _fused
 from .cells import Float32OnCPU, MultiHeadAttentionCell
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder', 'default_model_dir']
@@ -58,6 +58,9 @@ class TransformerEncoderLayer(Float32OnCPU):
         Epsilon of both LayerNorms.
     activation : {'gelu', 'relu'}
         Feed-forward activation; 'gelu' is the exact (erf) GELU.
+    fused_attention : bool
+        Run the self-attention through the fused kernel (``MultiHeadAttentionCell(fused=True)``:
+        CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``).
 
     Inputs
     ------
@@ -80,7 +83,8 @@ class TransformerEncoderLayer(Float32OnCPU):
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, activation='gelu', prefix=None, params=None):
+                 layer_norm_eps=1e-12, activation='gelu', fused_attention=False, prefix=None,
+                 params=None):
         super().__init__(prefix=prefix, params=params)
         units = _checks.check_positive_int('units', units)
         hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
@@ -101,7 +105,7 @@ class TransformerEncoderLayer(Float32OnCPU):
             self.attn_value = dense(units, units)
             self.attention_cell = MultiHeadAttentionCell(
                 query_units=units, num_heads=num_heads, attention_dropout=attention_dropout,
-                scaled=True, layout='NTK')
+                scaled=True, layout='NTK', fused=fused_attention)
             self.attn_proj = dense(units, units)
             self.attn_dropout = nn.Dropout(dropout)
             self.attn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
@@ -135,6 +139,10 @@ class TransformerEncoder(Float32OnCPU):
         Number of layers.
     units, hidden_size, num_heads, dropout, attention_dropout, layer_norm_eps, activation
         As in :class:`TransformerEncoderLayer`.
+    fused_attention : bool or 'auto'
+        Self-attention through the fused kernel (see :mod:`gluon_attention.fused`). 'auto':
+        when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU;
+        a call on GPU arrays switches back to the composed operators.
 
     Inputs
     ------
@@ -150,16 +158,38 @@ class TransformerEncoder(Float32OnCPU):
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
                  attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
-                 prefix=None, params=None):
+                 fused_attention='auto', prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         num_layers = _checks.check_positive_int('num_layers', num_layers)
+        fused_attention = _fused.resolve(fused_attention, attention_dropout)
         with self.name_scope():
             self.layers = nn.HybridSequential()
             for _ in range(num_layers):
                 self.layers.add(TransformerEncoderLayer(
                     units, hidden_size, num_heads, dropout=dropout,
                     attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                    activation=activation))
+                    activation=activation, fused_attention=fused_attention))
+
+    @property
+    def fused_attention(self):
+        """Whether the layers' self-attention runs the fused kernel."""
+        return all(layer.attention_cell.fused for layer in self.layers)
+
+    def use_fused_attention(self, fused):
+        """Switch every layer's self-attention to the fused kernel or to the composed
+        operators; returns True when something changed (a hybridized parent must then rebuild
+        its graph: ``_clear_cached_op``). The weights are the same either way."""
+        changed = False
+        for layer in self.layers:
+            changed |= layer.attention_cell.set_fused(fused)
+        if changed:
+            self._clear_cached_op()
+        return changed
+
+    def forward(self, data, *args):  # pylint: disable=arguments-differ
+        if isinstance(data, mx.nd.NDArray) and data.ctx.device_type != 'cpu':
+            self.use_fused_attention(False)                 # the kernel is CPU-only
+        return super().forward(data, *args)
 
     def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
         _checks.check_valid_length(valid_length, None if _checks.is_symbol(data)
@@ -209,6 +239,9 @@ class BertEncoder(HybridBlock):
         Dropout rates of the embeddings and layers, and of the attention weights, in [0, 1).
     layer_norm_eps : float
         Epsilon of every LayerNorm.
+    fused_attention : bool or 'auto'
+        As in :class:`TransformerEncoder` ('auto': the fused kernel on CPU when it is built and
+        ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``).
 
     Inputs (positional)
     -------------------
@@ -239,7 +272,7 @@ class BertEncoder(HybridBlock):
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
                  max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, prefix=None, params=None):
+                 layer_norm_eps=1e-12, fused_attention='auto', prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
         units = _checks.check_positive_int('units', units)
@@ -259,7 +292,14 @@ class BertEncoder(HybridBlock):
             self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
             self.encoder = TransformerEncoder(
                 num_layers, units, hidden_size, num_heads, dropout=dropout,
-                attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+                attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
+                fused_attention=fused_attention)
+
+    def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
+        if (isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu'
+                and self.encoder.use_fused_attention(False)):   # the kernel is CPU-only
+            self._clear_cached_op()
+        return super().forward(token_ids, *args)
 
     def _check_inputs(self, token_ids, token_types, valid_length):
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
@@ -301,7 +341,8 @@ class BertEncoder(HybridBlock):
             Where the parameters live; the current context by default.
         **overrides
             ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
-            recipes often change them; the weights are unaffected).
+            recipes often change them; the weights are unaffected), ``fused_attention``
+            (default 'auto', resolved for ``ctx``).
 
         Returns
         -------
@@ -323,11 +364,13 @@ class BertEncoder(HybridBlock):
         weights_file = _require_file(folder, 'model.safetensors')
         from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
         tensors = load_file(str(weights_file))
-        unknown = set(overrides) - {'dropout', 'attention_dropout'}
+        unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention'}
         if unknown:
-            _checks.fail('from_pretrained overrides only dropout and attention_dropout',
-                         overrides=sorted(unknown))
+            _checks.fail('from_pretrained overrides only dropout, attention_dropout and '
+                         'fused_attention', overrides=sorted(unknown))
         config.update(overrides)
+        config['fused_attention'] = _fused.resolve(config.get('fused_attention', 'auto'),
+                                                   config['attention_dropout'], ctx)
         block = cls(**config)
         block.initialize(ctx=ctx)
         _load_bert_tensors(block, tensors, str(weights_file))

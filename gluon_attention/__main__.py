@@ -1,0 +1,34 @@
+"""``python -m gluon_attention fused-build|fused-check``: build or check the fused kernel."""
+import argparse
+import sys
+
+from . import fused
+
+
+def main(argv=None):
+    """Returns the exit status: 0 on success, 1 when the kernel cannot be built or loaded."""
+    parser = argparse.ArgumentParser(
+        prog='python -m gluon_attention',
+        description='Build or check the fused attention kernel library (gluon_attention.fused).')
+    parser.add_argument('command', choices=['fused-build', 'fused-check'],
+                        help='fused-build: compile it (skipped when up to date); '
+                             'fused-check: load it')
+    parser.add_argument('--force', action='store_true', help='rebuild even when up to date')
+    args = parser.parse_args(argv)
+    if args.command == 'fused-build':
+        try:
+            path = fused.build(force=args.force)
+        except (FileNotFoundError, RuntimeError) as err:
+            print('fused attention kernel not built: {}'.format(err), file=sys.stderr)
+            return 1
+        print(path)
+        return 0
+    if fused.load():
+        print('fused attention kernel loaded from {}'.format(fused.library_path()))
+        return 0
+    print(fused.load_error(), file=sys.stderr)
+    return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
