@@ -12,6 +12,7 @@ import mxnet as mx
 import numpy as onp
 from mxnet import autograd, np, npx
 
+from . import fused
 from .cells import MultiHeadAttentionCell
 from .chunked import chunked_dot_attn
 from .functional import multi_head_dot_attn
@@ -66,7 +67,7 @@ def _run(func, inputs, mode):
     mx.nd.waitall()
 
 
-def _ours(config, mode, layout=None, chunked=False, lengths_input=False):
+def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_kernel=False):
     q, k, v, lengths = make_inputs(config)
     perm = {'NKT': (0, 1, 2, 3), 'NTK': (0, 2, 1, 3), 'TNK': (2, 0, 1, 3)}[layout or 'NKT']
     q, k, v = (np.array(x.transpose(perm).copy()) for x in (q, k, v))
@@ -79,9 +80,9 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False):
         return lambda: _run(lambda *t: chunked_dot_attn(*t, vl, CHUNK_SIZE), (q, k, v), mode)
     if layout is None:
         return lambda: _run(lambda *t: multi_head_dot_attn(*t, mask)[0], (q, k, v), mode)
-    cell = MultiHeadAttentionCell(layout=layout)
+    cell = MultiHeadAttentionCell(layout=layout, fused=fused_kernel)
     cell.hybridize(static_alloc=True, static_shape=True)
-    if lengths_input:        # the same key padding as (B,) valid lengths: fused length softmax
+    if lengths_input or fused_kernel:        # the same key padding as (B,) valid lengths: fused length softmax
         vl = np.array(lengths, dtype='int32')
         return lambda: _run(lambda *t: cell(*t, None, None, vl), (q, k, v), mode)
     return lambda: _run(cell, (q, k, v, mask), mode)
@@ -153,6 +154,10 @@ def factories(config, mode, gluonnlp=True):
         made['ours_cell_' + layout] = lambda layout=layout: _ours(config, mode, layout)
         made['ours_cell_%s_vl' % layout] = lambda layout=layout: _ours(
             config, mode, layout, lengths_input=True)
+    if fused.available():     # the fused kernel: hybridized cell, (B,) lengths
+        for layout in ('NKT',) if long else ('NKT', 'NTK', 'TNK'):
+            made['ours_fused_' + layout] = lambda layout=layout: _ours(
+                config, mode, layout, fused_kernel=True)
     if long:
         made['ours_chunked%d' % CHUNK_SIZE] = lambda: _ours(config, mode, chunked=True)
     if gluonnlp:

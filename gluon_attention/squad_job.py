@@ -33,7 +33,7 @@ INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 RUN_KEYS = ('train_file', 'extra_train_file', 'exclude_titles', 'model_dir', 'max_seq_length',
             'doc_stride', 'max_query_length', 'impossible_ratio', 'no_answer_chunk_ratio', 'batch_size', 'lr', 'epochs',
             'max_steps', 'max_train_features', 'warmup_ratio', 'weight_decay', 'max_grad_norm',
-            'answerable_weight', 'plausible_spans', 'null_head_articles', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
+            'answerable_weight', 'head_lr_mult', 'plausible_spans', 'null_head_articles', 'freeze_word_embeddings', 'classifier_dropout', 'dropout',
             'attention_dropout', 'seed')
 
 
@@ -180,8 +180,12 @@ def train(model, features, args, contexts):
     first = squad.batchify([features[i] for i in batches[0][:len(contexts)]], round_to=8)
     for part in split_batch(first, contexts):        # materialise deferred shapes
         _forward_loss(model, part, args, 1.0)
+    heads = set()
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        heads |= set(head.collect_params().values())
     params = [p for p in model.collect_params().values() if p.grad_req != 'null']
-    optimizer = AdamW(params, weight_decay=args.weight_decay)
+    optimizer = AdamW(params, weight_decay=args.weight_decay,
+                      lr_mult=[args.head_lr_mult if p in heads else 1.0 for p in params])
     manager = CheckpointManager(os.path.join(args.output_dir, 'checkpoints'))
     fingerprint, begin, earlier_seconds = _fingerprint(args), 0, 0.0
     entry = manager.latest()

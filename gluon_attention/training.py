@@ -84,8 +84,14 @@ class AdamW:
     updates the parameters on every context. Moments live on the first context.
     """
 
-    def __init__(self, params, weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6):
+    def __init__(self, params, weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 lr_mult=None):
         self.params = list(params)
+        # per-parameter learning-rate multipliers (e.g. a faster randomly initialised head)
+        self.lr_mult = [1.0] * len(self.params) if lr_mult is None else list(lr_mult)
+        if len(self.lr_mult) != len(self.params):
+            raise ValueError('lr_mult must give one multiplier per parameter: expected {}. '
+                             'Received: {}'.format(len(self.params), len(self.lr_mult)))
         self.decay = [0.0 if re.search(r'(bias|gamma|beta)$', p.name) else weight_decay
                       for p in self.params]
         self.betas, self.epsilon, self.num_update = (beta1, beta2), epsilon, 0
@@ -119,11 +125,13 @@ class AdamW:
         self.num_update += 1
         (beta1, beta2), t = self.betas, self.num_update
         alpha = math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-        for p, g, m, v, wd in zip(self.params, grads, self.mean, self.var, self.decay):
+        for p, g, m, v, wd, mult in zip(self.params, grads, self.mean, self.var, self.decay,
+                                        self.lr_mult):
             weight = p.data(m.ctx).as_nd_ndarray()
             mx.nd.contrib.adamw_update(
                 weight, g.as_nd_ndarray(), m.as_nd_ndarray(), v.as_nd_ndarray(),
-                rescale_grad=mx.nd.array([scale], ctx=m.ctx), lr=alpha, eta=lr, beta1=beta1,
+                rescale_grad=mx.nd.array([scale], ctx=m.ctx), lr=alpha, eta=lr * mult,
+                beta1=beta1,
                 beta2=beta2, epsilon=self.epsilon, wd=wd, out=weight)
             if len(p.list_ctx()) > 1:
                 p.set_data(p.data(m.ctx))

@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument('--max-grad-norm', type=float, default=1.0)
     p.add_argument('--answerable-weight', type=float, default=1.0,
                    help='weight of the answerable loss against the span loss')
+    p.add_argument('--head-lr-mult', type=float, default=1.0,
+                   help='learning-rate multiplier of the three (randomly initialised) QA heads')
     p.add_argument('--plausible-spans', type=int, default=1, choices=(0, 1),
                    help='train the span heads on the plausible answers of impossible questions')
     p.add_argument('--null-head-articles', default='all', choices=('all', 'with-impossible'),
@@ -88,6 +90,7 @@ def parse_args(argv=None):
             p.error('--{} must be >= 0. Received: {}'.format(name.replace('_', '-'),
                                                              getattr(args, name)))
     for name in ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight',
+                 'head_lr_mult',
                  'warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio'):
         value = getattr(args, name)
         if not (value >= 0 and value < float('inf')):          # also rejects nan

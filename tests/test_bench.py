@@ -17,7 +17,8 @@ def tiny(monkeypatch):
 def test_every_implementation_runs(tiny, mode):
     impls = bench.implementations(tiny, mode)
     assert {'ours_fn_NKT', 'ours_cell_NKT', 'ours_cell_NKT_vl', 'ours_cell_TNK_vl',
-            'gluonnlp_dot', 'batch_dot_ceiling', 'gemm_softmax_floor'} <= set(impls)
+            'ours_fused_NKT', 'ours_fused_TNK', 'gluonnlp_dot', 'batch_dot_ceiling',
+            'gemm_softmax_floor'} <= set(impls)
     medians = bench.interleaved_medians(impls, repeats=1, warmup=0)
     assert set(medians) == set(impls) and all(t > 0 for t in medians.values())
 

@@ -52,6 +52,26 @@ def test_adamw_matches_float64_reference_with_clipping_and_decay(contexts):
                                         atol=1e-6)
 
 
+def test_adamw_lr_mult_scales_each_parameters_step():
+    """lr_mult multiplies one parameter's learning rate (and its decoupled decay) only."""
+    net = gluon.nn.Dense(3, in_units=5)
+    net.initialize(mx.init.Normal(1.0))
+    start = {n: p.data().asnumpy().astype('float64') for n, p in
+             (('weight', net.weight), ('bias', net.bias))}
+    optimizer = AdamW([net.weight, net.bias], weight_decay=0.1, lr_mult=[3.0, 0.0])
+    x = mx.np.array(onp.random.RandomState(1).normal(size=(4, 5)).astype('float32'))
+    with autograd.record():
+        loss = (net(x) ** 2).sum()
+    loss.backward()
+    grad = net.weight.grad().asnumpy().astype('float64')
+    optimizer.step(0.01, max_grad_norm=0)
+    expected = _reference_adamw(start['weight'], [grad], 0.03, 0.1, 1.0, 1)
+    onp.testing.assert_allclose(net.weight.data().asnumpy(), expected, rtol=1e-5, atol=1e-6)
+    onp.testing.assert_array_equal(net.bias.data().asnumpy(), start['bias'].astype('float32'))
+    with pytest.raises(ValueError, match='one multiplier per parameter'):
+        AdamW([net.weight], lr_mult=[1.0, 2.0])
+
+
 def test_linear_warmup_then_decay_to_zero():
     lrs = [linear_warmup_decay(s, 20, 1.0, 0.1) for s in range(20)]
     assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
