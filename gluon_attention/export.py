@@ -14,7 +14,7 @@ import warnings
 import mxnet as mx
 import numpy as onp
 
-from . import _checks
+from . import _checks, fused
 
 __all__ = ['export_block', 'import_block', 'run_exported']
 
@@ -46,6 +46,12 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
     spec = {'graph_input_names': graph_names, 'input_names': list(input_names),
             'input_dtypes': list(input_dtypes), 'epoch': epoch,
             'mxnet_version': mx.__version__, 'numpy_mode': True}
+    with open('%s-symbol.json' % prefix, encoding='utf-8') as f:
+        if '"{}"'.format(fused.OP_NAME) in f.read():
+            spec['custom_operators'] = {
+                fused.OP_NAME: 'the fused attention kernel: `import gluon_attention` (or '
+                               'mx.library.load of gluon_attention.fused.library_path()) '
+                               'before SymbolBlock.imports'}
     paths = {'symbol': '%s-symbol.json' % prefix, 'params': '%s-%04d.params' % (prefix, epoch),
              'inputs': '%s-inputs.json' % prefix}
     tmp = paths['inputs'] + '.tmp'
@@ -59,13 +65,16 @@ def import_block(prefix, ctx=None):
     """Load what :func:`export_block` wrote as a ``SymbolBlock`` (numpy mode).
 
     Returns ``(block, spec)`` where ``spec`` is the inputs JSON. Raises ValueError when a file is
-    missing.
+    missing, RuntimeError when the graph needs the fused kernel and it cannot be loaded.
     """
     spec_path = '%s-inputs.json' % prefix
     if not os.path.exists(spec_path):
         _checks.fail('an exported model needs {}'.format(spec_path), prefix=prefix)
     with open(spec_path, encoding='utf-8') as f:
         spec = json.load(f)
+    if fused.OP_NAME in spec.get('custom_operators', {}) and not fused.load():
+        raise RuntimeError('{} uses the fused attention kernel, which cannot be loaded here: '
+                           '{}'.format(prefix, fused.load_error()))
     params = '%s-%04d.params' % (prefix, spec['epoch'])
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')     # "Cannot decide type for the following arguments"

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from gluon_attention import fused
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--max-steps', '3', '--checkpoint-every', '2', '--max-train-features', '24',
         '--max-eval-examples', '12', '--batch-size', '4', '--eval-batch-size', '8',
@@ -59,6 +61,10 @@ def test_export_reload_in_fresh_process_matches(smoke_run):
     spec = json.loads((out / 'export' / 'qa-inputs.json').read_text())
     assert spec['input_names'] == ['input_ids', 'token_types', 'valid_length', 'p_mask']
     assert (out / 'export' / 'qa-symbol.json').exists()
+    # the encoder ran the fused kernel (attention dropout 0 on CPU), and the spec says so
+    uses_fused = '"ga_fused_attention"' in (out / 'export' / 'qa-symbol.json').read_text()
+    assert uses_fused == fused.available()
+    assert ('ga_fused_attention' in spec.get('custom_operators', {})) == uses_fused
 
 
 def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
