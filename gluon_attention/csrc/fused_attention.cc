@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,10 @@ struct Buffer {
       std::free(ptr);
       cap = (n + 15) / 16 * 16;
       ptr = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
+      if (!ptr) {
+        cap = 0;
+        throw std::bad_alloc();
+      }
     }
     return ptr;
   }
@@ -296,22 +301,25 @@ int num_threads() {
   return std::max(1, n);
 }
 
-// Runs body(group, worker) for group in [0, groups) on up to num_threads() threads.
+// Runs body(group, worker) for group in [0, groups) on up to num_threads() threads. Returns
+// false when a worker ran out of memory (the op then fails with a message, not a crash).
 template <typename Body>
-void parallel_groups(int groups, Body body) {
+bool parallel_groups(int groups, Body body) {
   int workers = std::min(num_threads(), groups);
-  if (workers <= 1) {
-    for (int i = 0; i < groups; ++i) body(i, 0);
-    return;
-  }
   std::atomic<int> next(0);
+  std::atomic<bool> ok(true);
   auto run = [&](int w) {
-    for (int i = next++; i < groups; i = next++) body(i, w);
+    try {
+      for (int i = next++; i < groups && ok; i = next++) body(i, w);
+    } catch (const std::bad_alloc&) {
+      ok = false;
+    }
   };
   std::vector<std::thread> pool;
   for (int w = 1; w < workers; ++w) pool.emplace_back(run, w);
   run(0);
   for (auto& t : pool) t.join();
+  return ok;
 }
 
 // Clipped integer lengths of one group's query rows.
@@ -389,6 +397,12 @@ Group group_of(const Geometry& g, int group, const float* length, Scratch* sc) {
   return out;
 }
 
+MXReturnValue finish(bool done) {
+  if (done) return MX_SUCCESS;
+  MX_ERROR_MSG << "ga_fused_attention: out of memory for the per-thread block buffers";
+  return MX_FAIL;
+}
+
 // ---------------------------------------------------------------------------------------------
 MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
@@ -405,7 +419,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
   std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
 
-  parallel_groups(g.B * g.K, [&](int group, int w) {
+  bool done = parallel_groups(g.B * g.K, [&](int group, int w) {
     Scratch& sc = scratch[w];
     const Group gr = group_of(g, group, length, &sc);
     const int lm = gr.lm;
@@ -452,7 +466,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
       }
     }
   });
-  return MX_SUCCESS;
+  return finish(done);
 }
 
 // Backward. inputs: d_context, d_lse, query, key, value, length, context, lse.
@@ -480,7 +494,7 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
   std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
 
-  parallel_groups(g.B * g.K, [&](int group, int w) {
+  bool done = parallel_groups(g.B * g.K, [&](int group, int w) {
     Scratch& sc = scratch[w];
     const Group gr = group_of(g, group, length, &sc);
     const int lm = gr.lm;
@@ -579,7 +593,7 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
       }
     }
   });
-  return MX_SUCCESS;
+  return finish(done);
 }
 
 MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
