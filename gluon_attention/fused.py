@@ -31,7 +31,7 @@ import tempfile
 
 import mxnet as mx
 
-from . import _checks, layout as _layout
+from . import _checks
 from .masking import get_F
 
 __all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
@@ -150,16 +150,6 @@ def resolve(option, attention_dropout=0.0, ctx=None):
     return _checks.check_bool('fused_attention', option)
 
 
-def _lengths_per_row(F, query, valid_length, layout):
-    """(B, L_q) float32 memory lengths; None means every key (a large length, clipped)."""
-    rows = F.np.zeros_like(_layout.to_nkt(query, layout)[:, 0, :, 0])         # (B, L_q)
-    rows = F.BlockGrad(rows.as_nd_ndarray()).as_np_ndarray()
-    if valid_length is None:
-        return rows + float(2 ** 30)
-    # (B,) -> (B, 1) and (B, L_q) unchanged, shape-free (also inside a graph)
-    return rows + F.npx.reshape(valid_length.astype('float32'), (-2, -1))
-
-
 def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
                    layout='NKT'):
     """Multi-head scaled dot-product attention in one fused kernel; returns the context only.
@@ -218,9 +208,10 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
                      query_head_units=None)
     scale = 1.0 / math.sqrt(query_head_units) if scaled else 1.0
     F = get_F(query)
-    length = _lengths_per_row(F, query, valid_length, layout)
-    op = getattr(F, OP_NAME)
-    out = op(query.as_nd_ndarray(), key.as_nd_ndarray(), value.as_nd_ndarray(),
-             length.as_nd_ndarray(), layout=layout, scale=repr(float(scale)))
+    inputs = [query.as_nd_ndarray(), key.as_nd_ndarray(), value.as_nd_ndarray()]
+    if valid_length is not None:          # (B,) or (B, L_q), read by the kernel as float32
+        inputs.append(valid_length.astype('float32').as_nd_ndarray())
+    out = getattr(F, OP_NAME)(*inputs, layout=layout, scale=repr(float(scale)),
+                              with_length=int(valid_length is not None))
     return out[0].as_np_ndarray()
 

@@ -8,9 +8,10 @@
 //
 // Operator ga_fused_attention
 //   inputs : query, key, value in `layout` (NKT (B,K,L,C) | NTK (B,L,K,C) | TNK (L,B,K,C)),
-//            length (B, L_q) float32: query row i of sequence b attends keys j < length[b, i]
-//            (clipped to [0, L_m]; 0 gives a zero context row and zero gradients).
-//   attrs  : layout, scale (multiplies the scores before the softmax).
+//            and, when with_length=1 (the default), length (B,) or (B, L_q) float32: query row
+//            i of sequence b attends keys j < length[b] (or length[b, i]), clipped to
+//            [0, L_m]; 0 gives a zero context row and zero gradients. Without it every key.
+//   attrs  : layout, scale (multiplies the scores before the softmax), with_length (0 or 1).
 //   outputs: context (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK (head-major merge),
 //            lse (B, K, L_q) float32, the log-sum-exp of each row's scaled scores (-inf for an
 //            empty row).
@@ -322,13 +323,37 @@ bool parallel_groups(int groups, Body body) {
   return ok;
 }
 
+// The optional length input: none (every key), (B,) or (B, L_q).
+struct Lengths {
+  const float* data = nullptr;
+  bool per_row = false;
+};
+
+Lengths lengths_of(const std::vector<MXTensor>& in, size_t index, bool present) {
+  Lengths out;
+  if (present) {
+    out.data = static_cast<const float*>(in[index].data_ptr);
+    out.per_row = in[index].shape.size() == 2;
+  }
+  return out;
+}
+
 // Clipped integer lengths of one group's query rows.
-void row_lengths(const float* length, const Geometry& g, int b, int* out) {
+void row_lengths(const Lengths& length, const Geometry& g, int b, int* out) {
   for (int i = 0; i < g.Lq; ++i) {
-    float x = length[static_cast<long>(b) * g.Lq + i];
-    int n = std::isnan(x) ? 0 : static_cast<int>(std::floor(x));
+    if (!length.data) {
+      out[i] = g.Lm;
+      continue;
+    }
+    float x = length.data[length.per_row ? static_cast<long>(b) * g.Lq + i : b];
+    int n = std::isnan(x) ? 0 : static_cast<int>(std::floor(std::min(x, 2e9f)));
     out[i] = std::min(std::max(n, 0), g.Lm);
   }
+}
+
+bool with_length(const std::unordered_map<std::string, std::string>& attrs) {
+  auto it = attrs.find("with_length");
+  return it == attrs.end() || it->second != "0";
 }
 
 // Row-wise softmax pieces on a block of scores s (rows x ld), valid columns [0, len[r]):
@@ -383,7 +408,7 @@ struct Group {
   long q, k, v, ctx, rows;
 };
 
-Group group_of(const Geometry& g, int group, const float* length, Scratch* sc) {
+Group group_of(const Geometry& g, int group, const Lengths& length, Scratch* sc) {
   int b = group / g.K, h = group % g.K;
   sc->len.resize(g.Lq);
   row_lengths(length, g, b, sc->len.data());
@@ -413,7 +438,7 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   const float* q = inputs->at(0).data<float>();
   const float* k = inputs->at(1).data<float>();
   const float* v = inputs->at(2).data<float>();
-  const float* length = inputs->at(3).data<float>();
+  const Lengths length = lengths_of(*inputs, 3, with_length(attrs));
   float* ctx = outputs->at(0).data<float>();
   float* lse = outputs->at(1).data<float>();
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
@@ -469,28 +494,30 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   return finish(done);
 }
 
-// Backward. inputs: d_context, d_lse, query, key, value, length, context, lse.
-// outputs: d_query, d_key, d_value, d_length (zero).
+// Backward. inputs: d_context, d_lse, query, key, value, [length,] context, lse.
+// outputs: d_query, d_key, d_value[, d_length (zero)].
 MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs,
                        std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                        const OpResource& res) {
   int layout = parse_layout(attrs);
   float scale = parse_scale(attrs);
-  std::vector<MXTensor> fwd_in(inputs->begin() + 2, inputs->begin() + 6);
+  const bool has_length = with_length(attrs);
+  const size_t after = has_length ? 6 : 5;      // index of the forward outputs
+  std::vector<MXTensor> fwd_in(inputs->begin() + 2, inputs->begin() + after);
   Geometry g = geometry(fwd_in, layout);
   const float* dctx = inputs->at(0).data<float>();
   const float* dlse = inputs->at(1).data<float>();
   const float* q = inputs->at(2).data<float>();
   const float* k = inputs->at(3).data<float>();
   const float* v = inputs->at(4).data<float>();
-  const float* length = inputs->at(5).data<float>();
-  const float* ctx = inputs->at(6).data<float>();
-  const float* lse = inputs->at(7).data<float>();
+  const Lengths length = lengths_of(*inputs, 5, has_length);
+  const float* ctx = inputs->at(after).data<float>();
+  const float* lse = inputs->at(after + 1).data<float>();
   float* dq = outputs->at(0).data<float>();
   float* dk = outputs->at(1).data<float>();
   float* dv = outputs->at(2).data<float>();
-  float* dlen = outputs->at(3).data<float>();
-  std::memset(dlen, 0, outputs->at(3).size() * sizeof(float));
+  if (has_length)
+    std::memset(outputs->at(3).data<float>(), 0, outputs->at(3).size() * sizeof(float));
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
   std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
 
@@ -602,7 +629,7 @@ MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& at
     MX_ERROR_MSG << "ga_fused_attention: layout must be NKT, NTK or TNK";
     return MX_FAIL;
   }
-  *num_in = 4;
+  *num_in = with_length(attrs) ? 4 : 3;
   *num_out = 2;
   return MX_SUCCESS;
 }
@@ -637,11 +664,14 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
                     "value L_m, query and key C_k";
     return MX_FAIL;
   }
-  const auto& len = (*in)[3];
-  if (len.size() != 2 || len[0] != qb || len[1] != ql) {
-    MX_ERROR_MSG << "ga_fused_attention: length must have shape (B, L_q) = (" << qb << ", "
-                 << ql << ")";
-    return MX_FAIL;
+  if (in->size() == 4) {
+    const auto& len = (*in)[3];
+    if (!((len.size() == 1 && len[0] == qb) ||
+          (len.size() == 2 && len[0] == qb && len[1] == ql))) {
+      MX_ERROR_MSG << "ga_fused_attention: length must have shape (B,) or (B, L_q) = (" << qb
+                   << ", " << ql << ")";
+      return MX_FAIL;
+    }
   }
   if (layout == 2)
     (*out)[0] = {ql, qb, qk * vc};
