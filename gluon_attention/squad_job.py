@@ -119,7 +119,8 @@ def load_data(args, tokenizer):
 
 
 def build_model(model_dir, args, contexts):
-    backbone = BertEncoder.from_pretrained(model_dir, dropout=args.dropout,
+    # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
+    backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=args.dropout,
                                            attention_dropout=args.attention_dropout)
     model = ModelForQAConditional(backbone, units=backbone.config['units'],
                                   dropout=args.classifier_dropout)

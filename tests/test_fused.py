@@ -13,7 +13,7 @@ import pytest
 from mxnet import autograd, np
 
 import reference as ref
-from conftest import HYBRID_MODES, hybridize_mode, tol
+from conftest import HYBRID_MODES, hybridize_mode, num_gpus, tol
 from gluon_attention import MultiHeadAttentionCell, fused
 from gluon_attention.encoder import BertEncoder, TransformerEncoder
 
@@ -252,3 +252,18 @@ def test_pretrained_fused_matches_transformers_fixture():
     model.hybridize(static_alloc=True)
     hidden = te.run(model, data['token_ids'], data['token_types'], data['valid_length'])
     te.assert_close_at_valid(hidden, data['hidden'], data['valid_length'], te.PARITY_ATOL)
+
+
+@pytest.mark.skipif(num_gpus() == 0, reason='needs a GPU')
+def test_encoders_fall_back_to_composed_attention_on_gpu(rng):
+    """The kernel is CPU-only: 'auto' resolves to False for a GPU context, and an encoder built
+    with it switches to the composed operators when called on GPU arrays."""
+    gpu = mx.gpu(0)
+    assert BertEncoder.from_pretrained(ctx=gpu, attention_dropout=0.0).encoder.fused_attention \
+        is False
+    enc = TransformerEncoder(1, 8, 12, 2, dropout=0.0, attention_dropout=0.0,
+                             fused_attention=True)
+    enc.initialize(ctx=gpu)
+    enc.hybridize()
+    out = enc(np.array(rng.normal(size=(2, 5, 8)), ctx=gpu), np.array([5, 2], ctx=gpu))
+    assert out.shape == (2, 5, 8) and not enc.fused_attention
