@@ -47,7 +47,7 @@ def parse_args(argv=None):
     p.add_argument('--eval-batch-size', type=int, default=32)
     p.add_argument('--lr', type=float, default=2e-4)
     p.add_argument('--epochs', type=float, default=1.0)
-    p.add_argument('--max-steps', type=int, default=230,
+    p.add_argument('--max-steps', type=int, default=270,
                    help='training steps (0: --epochs over the training features)')
     p.add_argument('--max-train-features', type=int, default=0, help='0: all')
     p.add_argument('--max-eval-examples', type=int, default=0, help='0: all')
