@@ -285,6 +285,9 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     scale = None                  # the scale is folded into the query (L_q*C_k, not L_q*L_m)
     if scaled and query_head_units is None and not _checks.is_symbol(query):
         query_head_units = query.shape[-1]
+    if scaled and query_head_units is not None and not query_head_units > 0:
+        _checks.fail('the scale 1/sqrt(C_k) needs C_k > 0 (the query\'s last dimension or '
+                     'query_head_units)', query_head_units=query_head_units)
     if scaled:
         scale = (1.0 / math.sqrt(query_head_units) if query_head_units is not None
                  else inverse_sqrt_units(query))                       # () in a graph

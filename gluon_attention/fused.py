@@ -206,6 +206,9 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     if scaled and query_head_units is None:
         _checks.fail('inside a graph, fused_dot_attn needs query_head_units for the scale',
                      query_head_units=None)
+    if scaled and not query_head_units > 0:
+        _checks.fail('the scale 1/sqrt(C_k) needs C_k > 0 (the query\'s last dimension or '
+                     'query_head_units)', query_head_units=query_head_units)
     scale = 1.0 / math.sqrt(query_head_units) if scaled else 1.0
     F = get_F(query)
     inputs = [query.as_nd_ndarray(), key.as_nd_ndarray(), value.as_nd_ndarray()]

@@ -316,6 +316,14 @@ def test_multi_head_dot_attn_valid_length_errors(valid_length, message):
         fn.multi_head_dot_attn(q, key, v, valid_length=np.array(valid_length))
 
 
+def test_multi_head_dot_attn_scale_needs_positive_units():
+    q = np.zeros((2, 3, 4, 0))
+    with pytest.raises(ValueError, match=r'needs C_k > 0.*Received: query_head_units=0'):
+        fn.multi_head_dot_attn(q, q, np.zeros((2, 3, 4, 5)))
+    assert fn.multi_head_dot_attn(q, q, np.zeros((2, 3, 4, 5)), scaled=False)[0].shape == \
+        (2, 4, 15)
+
+
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_multi_head_dot_attn_nan_padding_never_reaches_output(layout):
     """Keys and values at fully padded memory positions replaced by NaN: output unchanged."""

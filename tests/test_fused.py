@@ -202,6 +202,8 @@ def test_fused_errors(rng):
         fused.fused_dot_attn(q, key, v, np.array([5, 1]))
     with pytest.raises(ValueError, match='share B and K'):
         fused.fused_dot_attn(q, key[:1], v[:1])
+    with pytest.raises(ValueError, match=r'needs C_k > 0'):
+        fused.fused_dot_attn(q[..., :0], key[..., :0], v)
     with pytest.raises(ValueError, match='no attention dropout'):
         MultiHeadAttentionCell(fused=True, attention_dropout=0.1)
     cell = MultiHeadAttentionCell(layout='NKT', fused=True)
