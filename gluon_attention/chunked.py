@@ -12,6 +12,10 @@ Recomputing the chunk in the backward pass instead would cost one more forward o
 (about a third more time) and needs a custom ``autograd.Function`` per chunk whose backward
 re-runs the forward under ``autograd.record`` -- not provided here.
 
+For key-padding lengths on a CPU in float32, :func:`gluon_attention.fused.fused_dot_attn`
+computes the same context without any L_q x L_m tensor in either pass (and faster); this
+function is for general masks, float16 and GPUs.
+
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
 import mxnet as mx
