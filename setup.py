@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 HERE = Path(__file__).parent
 VERSION = re.search(r"__version__ = '([^']+)'",
@@ -17,7 +17,10 @@ setup(
     long_description_content_type='text/markdown',
     license='Apache-2.0',
     python_requires='>=3.11,<3.12',
-    packages=find_packages(include=['gluon_attention', 'gluon_attention.*']),
+    # namespace packages: the data and source folders (resources, csrc, _lib) count as part of
+    # the package, so setuptools ships their files without warning
+    packages=find_namespace_packages(include=['gluon_attention', 'gluon_attention.*'],
+                                     exclude=['*.__pycache__']),
     package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'csrc/*.cc',
                                      '_lib/*.so']},
     include_package_data=True,

@@ -12,7 +12,8 @@ import numpy as onp
 
 __all__ = ['fail', 'fail_type', 'is_symbol', 'check_choice', 'check_positive_int',
            'check_probability', 'check_bool', 'check_rank', 'check_same_dim', 'check_mask',
-           'check_valid_length', 'check_index_range']
+           'check_valid_length', 'check_index_range', 'check_float_tensor', 'check_axis',
+           'check_positive_real']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
@@ -40,6 +41,38 @@ def is_symbol(x):
 
 def is_tensor(x):
     return isinstance(x, (mx.nd.NDArray, mx.sym.Symbol))
+
+
+def check_float_tensor(name, x):
+    """``x`` must be an ``mx.np`` float array (float16/32/64)."""
+    if not isinstance(x, mx.np.ndarray):
+        fail_type('{} must be an mx.np array (use mx.np.array or .as_np_ndarray())'.format(name),
+                  **{name: type(x).__name__})
+    if x.dtype not in (onp.float16, onp.float32, onp.float64):
+        fail_type('{} must be a float16, float32 or float64 array'.format(name),
+                  **{name + '.dtype': onp.dtype(x.dtype).name})
+    return x
+
+
+def check_axis(name, axis, ndim):
+    """An integer axis in [-ndim, ndim)."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        fail_type('{} must be an integer'.format(name), **{name: axis})
+    if not -ndim <= axis < ndim:
+        fail('{} must lie in [{}, {}) for an array of rank {}'.format(name, -ndim, ndim, ndim),
+             **{name: axis})
+    return int(axis)
+
+
+def check_positive_real(name, value, allow_none=False):
+    """A finite real number > 0 (or None when allowed)."""
+    if value is None and allow_none:
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        fail_type('{} must be a number'.format(name), **{name: value})
+    if not 0 < value < float('inf'):
+        fail('{} must be a finite number > 0'.format(name), **{name: value})
+    return float(value)
 
 
 def check_choice(name, value, choices):

@@ -9,6 +9,7 @@ Glossary: B batch, K heads, L_q query length, L_m memory length, C_q/C_k/C_v fea
 float16 inputs on a CPU are computed in float32 and returned as float16.
 """
 import mxnet as mx
+import numpy as onp
 from mxnet.gluon import HybridBlock, nn
 
 from . import _checks, fused as _fused, layout as _layout
@@ -279,6 +280,7 @@ class MultiHeadAttention(Float32OnCPU):
         if units % num_heads:
             _checks.fail('units must be divisible by num_heads', units=units,
                          num_heads=num_heads)
+        _checks.check_probability('dropout', dropout)
         self._num_heads, self._head_units = num_heads, units // num_heads
         with self.name_scope():
             self.query_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='query_')
@@ -286,6 +288,26 @@ class MultiHeadAttention(Float32OnCPU):
             self.value_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='value_')
             self.out_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='out_')
             self.attention = MultiHeadAttentionCell(units, num_heads, dropout, layout='NTK')
+
+    def forward(self, query, *args):  # pylint: disable=arguments-differ
+        # Checked here, on arrays, so that a hybridized block reports bad inputs clearly too.
+        if isinstance(query, mx.nd.NDArray) and len(args) >= 2:
+            key, value = args[0], args[1]
+            _check_qkv(query, key, value, args[2] if len(args) > 2 else None,
+                       scores_need_same_size=False)
+            for name, x, proj in (('query', query, self.query_proj), ('key', key, self.key_proj),
+                                  ('value', value, self.value_proj)):
+                in_units = proj.weight.shape[1]
+                if in_units > 0 and x.shape[-1] != in_units:
+                    _checks.fail('{} must keep the feature size C of the first call'.format(name),
+                                 **{name + '.shape': x.shape, 'expected C': in_units})
+                dtype, got = onp.dtype(proj.weight.dtype), onp.dtype(x.dtype)
+                if got != dtype and not (got == onp.float16 and dtype == onp.float32
+                                         and x.ctx.device_type == 'cpu'):
+                    _checks.fail_type('{} must have the parameters\' dtype {} (cast the block '
+                                      'with .cast() to change it)'.format(name, onp.dtype(
+                                          dtype).name), **{name + '.dtype': got.name})
+        return super().forward(query, *args)
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length, scores_need_same_size=False)

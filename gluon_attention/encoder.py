@@ -12,6 +12,7 @@ Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-nor
 """
 import importlib.util
 import json
+import os
 import pathlib
 
 import mxnet as mx
@@ -310,6 +311,9 @@ class BertEncoder(HybridBlock):
                             'token_types.shape': token_types.shape})
         _check_ids('token_ids', token_ids, self.config['vocab_size'])
         _check_ids('token_types', token_types, self.config['num_token_types'])
+        if token_ids.shape[1] == 0:
+            _checks.fail('token_ids must have at least one position (T >= 1)',
+                         **{'token_ids.shape': token_ids.shape})
         if token_ids.shape[1] > self._max_length:
             _checks.fail('the sequence length T must be at most max_length={}'.format(
                 self._max_length), **{'token_ids.shape': token_ids.shape})
@@ -356,14 +360,29 @@ class BertEncoder(HybridBlock):
             ``path`` is None and the default model package is not installed.
         FileNotFoundError
             The folder, ``config.json`` or ``model.safetensors`` is missing.
+        TypeError
+            ``path`` or ``ctx`` of the wrong type.
         ValueError
-            An unsupported config, or a missing, unexpected or mis-shaped tensor.
+            An unsupported config, an unreadable (e.g. truncated) weights file, or a missing,
+            unexpected or mis-shaped tensor.
         """
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            _checks.fail_type('path must be a folder (str or os.PathLike) or None',
+                              path=type(path).__name__)
+        contexts = ctx if isinstance(ctx, (list, tuple)) else [ctx]
+        if not all(c is None or isinstance(c, mx.Context) for c in contexts):
+            _checks.fail_type('ctx must be an mxnet Context (e.g. mx.cpu()), a list of them, '
+                              'or None', ctx=ctx)
         folder = default_model_dir() if path is None else pathlib.Path(path)
         config = _read_config(_require_file(folder, 'config.json'))
         weights_file = _require_file(folder, 'model.safetensors')
         from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-        tensors = load_file(str(weights_file))
+        try:
+            tensors = load_file(str(weights_file))
+        except Exception as err:  # safetensors raises its own error type for corrupt files
+            _checks.fail('{} is not a readable safetensors file ({})'.format(
+                weights_file, str(err).splitlines()[0] if str(err) else type(err).__name__),
+                path=str(weights_file))
         unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention'}
         if unknown:
             _checks.fail('from_pretrained overrides only dropout, attention_dropout and '

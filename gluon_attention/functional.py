@@ -51,6 +51,14 @@ def _cast_nested(out, dtype):
     return out
 
 
+def _check_softmax_args(att_score, mask, axis):
+    _checks.check_float_tensor('att_score', att_score)
+    _checks.check_axis('axis', axis, att_score.ndim)
+    if mask is not None and not isinstance(mask, mx.np.ndarray):
+        _checks.fail_type('mask must be an mx.np array or None', mask=type(mask).__name__)
+    _checks.check_mask(mask, att_score.shape)
+
+
 def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
     """Softmax over ``axis`` that ignores masked positions.
 
@@ -61,7 +69,7 @@ def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
         Same rank as ``att_score``; each dimension equal to the scores' or 1 (broadcast).
         1 = attend, 0 = blocked. Non-binary values raise ValueError (imperatively).
     axis : int
-    temperature : float or None
+    temperature : float > 0 or None
         The scores are divided by it: ``softmax(x / temperature)``.
 
     Returns
@@ -69,6 +77,15 @@ def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
     weights : array of ``att_score``'s shape and dtype
         Masked positions are exactly 0; a fully masked row is all 0 (not uniform, not NaN), and
         its gradient is a finite 0.
+
+    Raises
+    ------
+    TypeError
+        ``att_score`` not an ``mx.np`` float array, ``mask`` not an ``mx.np`` array, a
+        non-integer ``axis`` or a non-numeric ``temperature`` (imperatively).
+    ValueError
+        A mask of the wrong rank, shape or values, an ``axis`` out of range, a ``temperature``
+        that is not a finite number > 0 (imperatively).
 
     Equivalent computation (MXNet 2 ``npx.masked_softmax``)::
 
@@ -81,7 +98,8 @@ def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
     """
     F = get_F(att_score)
     if not _checks.is_symbol(att_score):
-        _checks.check_mask(mask, att_score.shape)
+        _check_softmax_args(att_score, mask, axis)
+        _checks.check_positive_real('temperature', temperature, allow_none=True)
         if att_score.size == 0:                   # nothing to normalise (empty axis)
             return F.npx.softmax(att_score, axis=axis)
     if temperature is not None:
@@ -109,7 +127,7 @@ def masked_log_softmax(att_score, mask=None, axis=-1):
     """
     F = get_F(att_score)
     if not _checks.is_symbol(att_score):
-        _checks.check_mask(mask, att_score.shape)
+        _check_softmax_args(att_score, mask, axis)
     if mask is None:
         return F.npx.log_softmax(att_score, axis=axis)
     mask = mask.astype('bool')

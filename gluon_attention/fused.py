@@ -183,21 +183,28 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     RuntimeError
         The kernel library is not built or not loadable (:func:`available` is False).
     TypeError
-        An input that is not float32.
+        An input that is not an ``mx.np`` float32 array, a non-bool ``scaled``.
     ValueError
         Bad layout, mismatched shapes, a ``valid_length`` of the wrong shape or outside
-        [0, L_m], or a non-CPU context (imperatively, before the kernel runs).
+        [0, L_m], a non-positive ``query_head_units`` or C_k, or a non-CPU context
+        (imperatively, before the kernel runs).
     """
     from .functional import _check_multi_head  # pylint: disable=import-outside-toplevel
     if not load():
         raise RuntimeError(load_error())
     _check_multi_head(query, key, value, None, None, layout, valid_length)
+    _checks.check_bool('scaled', scaled)
+    _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
     if not _checks.is_symbol(query):
         for name, x in (('query', query), ('key', key), ('value', value)):
+            if not isinstance(x, mx.np.ndarray):
+                _checks.fail_type('{} must be an mx.np array (use .as_np_ndarray() on a legacy '
+                                  'mx.nd array)'.format(name), **{name: type(x).__name__})
             if x.dtype != 'float32':
                 _checks.fail_type('{} must be float32 for the fused kernel (use '
                                   'multi_head_dot_attn for other dtypes)'.format(name),
-                                  **{name + '.dtype': x.dtype})
+                                  **{name + '.dtype': str(x.dtype.__name__ if isinstance(
+                                      x.dtype, type) else x.dtype)})
             if x.ctx.device_type != 'cpu':
                 _checks.fail('the fused kernel runs on CPU only (use multi_head_dot_attn on '
                              'GPU)', **{name + '.ctx': x.ctx})

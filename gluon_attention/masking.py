@@ -254,6 +254,6 @@ def length_softmax(F, logits, valid_length):
     rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
     length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
     length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
-    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)))      # () L_m
+    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)).astype('float32'))  # L_m
     length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
     return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)

@@ -46,8 +46,20 @@ def _path(name):
     return name
 
 
-def tokenizer_and_model_dir(model_dir):
+def tokenizer_and_model_dir(model_dir, args=None):
+    """The tokenizer and model folder; with ``args``, checks that the sequence lengths fit the
+    model's learned positions (ValueError otherwise: a longer input would silently read
+    clipped positions)."""
     folder = model_dir or str(default_model_dir())
+    if args is not None:
+        config_file = os.path.join(folder, 'config.json')
+        if os.path.exists(config_file):
+            with open(config_file, encoding='utf-8') as f:
+                positions = json.load(f).get('max_position_embeddings')
+            for name in ('max_seq_length', 'eval_max_seq_length'):
+                if positions and getattr(args, name) > positions:
+                    fail('--{} must be at most the model\'s max_position_embeddings={}'.format(
+                        name.replace('_', '-'), positions), **{name: getattr(args, name)})
     return squad.load_tokenizer(folder), folder
 
 
@@ -106,6 +118,11 @@ def load_data(args, tokenizer):
             if examples[feature.example_index].title not in mixed:
                 feature.answerable_loss_weight = 0.0
     eval_examples = squad.read_squad(_path(args.eval_file))
+    shared = {e.title for e in examples} & {e.title for e in eval_examples}
+    if shared:
+        print('warning: {} article(s) are in both the training and the evaluation data: {} '
+              '(check --exclude-titles)'.format(len(shared), ', '.join(sorted(shared)[:5])),
+              file=sys.stderr)
     if args.max_eval_examples:
         eval_examples = eval_examples[:args.max_eval_examples]
     eval_stride = min(128, args.eval_max_seq_length - args.max_query_length - 3)

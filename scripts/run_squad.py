@@ -124,7 +124,7 @@ def main(argv=None):
             raise ValueError('--ctx {} names a GPU but this MXNet sees {} GPU(s)'.format(
                 args.ctx, mx.context.num_gpus()))
         os.makedirs(args.output_dir, exist_ok=True)
-        tokenizer, model_dir = job.tokenizer_and_model_dir(args.model_dir)
+        tokenizer, model_dir = job.tokenizer_and_model_dir(args.model_dir, args)
         train_features, eval_examples, eval_features = job.load_data(args, tokenizer)
     except (ValueError, OSError) as err:        # a bad device, folder or data file
         raise SystemExit('run_squad.py: error: {}'.format(err)) from None

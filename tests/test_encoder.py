@@ -99,6 +99,14 @@ def test_missing_package_names_install_command(monkeypatch):
         BertEncoder.from_pretrained()
 
 
+def test_truncated_weights_file_is_a_clear_error(tmp_path, small_encoder):
+    _save_checkpoint(tmp_path, small_encoder)
+    weights = tmp_path / 'model.safetensors'
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match='is not a readable safetensors file'):
+        BertEncoder.from_pretrained(tmp_path)
+
+
 def _save_checkpoint(folder, block, config=SMALL_CONFIG, prefix='', extra=None):
     """Write ``block``'s weights under the standard BERT tensor names, plus a config.json."""
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access

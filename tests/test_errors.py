@@ -4,7 +4,7 @@ import numpy as onp
 import pytest
 from mxnet import np
 
-from gluon_attention import cells, masking
+from gluon_attention import cells, encoder, masking
 from gluon_attention import functional as fn
 from gluon_attention import seed_attend as sa
 
@@ -31,6 +31,27 @@ def _mha(*args):
     block = cells.MultiHeadAttention(6, 2)
     block.initialize()
     return block(*args)
+
+
+def _bert():
+    block = encoder.BertEncoder(vocab_size=10, units=8, hidden_size=8, num_layers=1,
+                                num_heads=2)
+    block.initialize()
+    return block
+
+
+def _mha_hybrid(*args):
+    block = cells.MultiHeadAttention(6, 2)
+    block.initialize()
+    block.hybridize(static_alloc=True)
+    return block(*args)
+
+
+def _mha_twice(query):
+    block = cells.MultiHeadAttention(6, 2)
+    block.initialize()
+    block(_rand(2, 3, 4), _rand(2, 5, 4), _rand(2, 5, 4))
+    return block(query, _rand(2, 5, 4), _rand(2, 5, 4))
 
 
 Q, K, V = _rand(2, 3, 4), _rand(2, 5, 4), _rand(2, 5, 6)
@@ -98,6 +119,27 @@ CASES = [
     ('dropout', lambda: cells.MultiHeadAttentionCell(attention_dropout=1.0), '1.0'),
     ('dropout', lambda: cells.MultiHeadAttention(6, 2, dropout=2), '2'),
     ('dropout', lambda: fn.multi_head_dot_attn(Q4, K4, V4, dropout=1.0), None),
+    # masked_softmax arguments (session 3: no raw MXNet errors)
+    ('scores dtype', lambda: fn.masked_softmax(_int([[1, 2]])), 'int32'),
+    ('scores type', lambda: fn.masked_softmax(onp.zeros((2, 3))), 'ndarray'),
+    ('axis', lambda: fn.masked_softmax(Q, axis=5), '5'),
+    ('axis', lambda: fn.masked_softmax(Q, axis=1.5), '1.5'),
+    ('axis', lambda: fn.masked_log_softmax(Q, axis=-4), '-4'),
+    ('temperature', lambda: fn.masked_softmax(Q, temperature=0), '0'),
+    ('temperature', lambda: fn.masked_softmax(Q, temperature=float('nan')), 'nan'),
+    ('temperature', lambda: fn.masked_softmax(Q, temperature='hot'), 'hot'),
+    ('mask type', lambda: fn.masked_softmax(Q, onp.ones((2, 3, 4))), 'ndarray'),
+    ('units', lambda: fn.multi_head_dot_attn(Q4[..., :0], K4[..., :0], V4), None),
+    # MultiHeadAttention inputs, also when hybridized (checked on arrays before the graph)
+    ('dtype', lambda: _mha(Q.astype('float64'), K, K), 'float64'),
+    ('features', lambda: _mha_twice(_rand(2, 3, 5)), None),
+    ('batch', lambda: _mha_hybrid(Q, _rand(3, 5, 4), _rand(3, 5, 4)), None),
+    ('dropout', lambda: cells.MultiHeadAttention(6, 2, dropout=1.0), 'dropout=1.0'),
+    # BertEncoder inputs and loader arguments
+    ('T=0', lambda: _bert()(_int(onp.zeros((2, 0))), _int(onp.zeros((2, 0))), _int([0, 0])),
+     None),
+    ('ctx', lambda: encoder.BertEncoder.from_pretrained(None, 'cpu'), "'cpu'"),
+    ('path', lambda: encoder.BertEncoder.from_pretrained(42), 'int'),
     # seed helpers: sizes must be a list of non-negative ints
     ('sizes', lambda: sa.mask3d(V, [2, -1]), None),
     ('sizes', lambda: sa.attend(Q, K, context_sizes=[1.5, 2]), None),

@@ -316,6 +316,18 @@ def test_multi_head_dot_attn_valid_length_errors(valid_length, message):
         fn.multi_head_dot_attn(q, key, v, valid_length=np.array(valid_length))
 
 
+def test_multi_head_dot_attn_float64_with_valid_length():
+    """float64 inputs with valid_length (the length softmax keeps its lengths in float32)."""
+    q, key, v, _, _ = _mhda_inputs(2, 3, 5, 7, 4, 6, 'NKT', masked=False)
+    q64, k64, v64 = (np.array(x.asnumpy(), dtype='float64') for x in (q, key, v))
+    lengths = onp.array([7, 3])
+    ctx, _ = fn.multi_head_dot_attn(q64, k64, v64, valid_length=np.array(lengths))
+    expected = ref.multi_head_dot_attn(q64.asnumpy(), k64.asnumpy(), v64.asnumpy(),
+                                       ref.key_mask_from_valid_length(lengths, 5, 7))[0]
+    assert ctx.dtype == onp.float64
+    onp.testing.assert_allclose(ctx.asnumpy(), expected, **tol('float64'))
+
+
 def test_multi_head_dot_attn_scale_needs_positive_units():
     q = np.zeros((2, 3, 4, 0))
     with pytest.raises(ValueError, match=r'needs C_k > 0.*Received: query_head_units=0'):

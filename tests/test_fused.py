@@ -202,6 +202,12 @@ def test_fused_errors(rng):
         fused.fused_dot_attn(q, key, v, np.array([5, 1]))
     with pytest.raises(ValueError, match='share B and K'):
         fused.fused_dot_attn(q, key[:1], v[:1])
+    with pytest.raises(TypeError, match='must be an mx.np array'):
+        fused.fused_dot_attn(q.as_nd_ndarray(), key, v)
+    with pytest.raises(ValueError, match='query_head_units must be a positive integer'):
+        fused.fused_dot_attn(q, key, v, query_head_units=0)
+    with pytest.raises(TypeError, match='scaled must be a bool'):
+        fused.fused_dot_attn(q, key, v, scaled='no')
     with pytest.raises(ValueError, match=r'needs C_k > 0'):
         fused.fused_dot_attn(q[..., :0], key[..., :0], v)
     with pytest.raises(ValueError, match='no attention dropout'):

@@ -91,6 +91,8 @@ def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
     (['--warmup-ratio', '2'], r'--warmup-ratio is a fraction in \[0, 1\]\. Received: 2\.0'),
     (['--no-answer-chunk-ratio', '5'], r'--no-answer-chunk-ratio is a fraction in \[0, 1\]'),
     (['--null-score-diff-threshold', 'nan'], r'--null-score-diff-threshold must be a finite'),
+    (['--eval-max-seq-length', '600'],
+     r"--eval-max-seq-length must be at most the model's max_position_embeddings=512"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, extra, message):
     """No traceback: the error line names the argument and what was received."""
