@@ -17,7 +17,10 @@ says whether it is. Graphs exported with it name that operator: load them after
 
 Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
-composed path.
+composed path. Precision: the backward pass rebuilds the weights as exp(score - log-sum-exp),
+so with scores of magnitude S the gradients carry a relative error of about S * 6e-8 (float32
+rounding of the difference): within 1e-5 of the float64 oracle for |scores| up to a few
+hundred, 2-4e-4 at 1e4 (the composed path, which stores the weights, stays closer there).
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
