@@ -87,7 +87,12 @@ def build(compiler=None, force=False, quiet=False):
            '-I', str(include), str(_SOURCE), str(lib_api), '-o', tmp]
     if not quiet:
         print('building', target.name, '...', file=sys.stderr)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as err:                  # the compiler cannot be run at all
+        os.unlink(tmp)
+        raise FileNotFoundError('cannot run the C++ compiler {!r}: {}'.format(compiler, err)) \
+            from None
     if proc.returncode:
         os.unlink(tmp)
         raise RuntimeError('building the fused attention kernel failed:\n{}\n{}'.format(

@@ -280,3 +280,17 @@ def test_encoders_fall_back_to_composed_attention_on_gpu(rng):
     enc.hybridize()
     out = enc(np.array(rng.normal(size=(2, 5, 8)), ctx=gpu), np.array([5, 2], ctx=gpu))
     assert out.shape == (2, 5, 8) and not enc.fused_attention
+
+
+def test_build_without_a_compiler_is_a_clear_error_and_leaves_nothing(monkeypatch):
+    """A compiler that cannot run: FileNotFoundError naming it, no temporary file left behind,
+    the built library untouched; ``--optional`` turns it into a warning (exit status 0)."""
+    from gluon_attention.__main__ import main  # pylint: disable=import-outside-toplevel
+    before = sorted(p.name for p in fused.library_path().parent.iterdir())
+    with pytest.raises(FileNotFoundError, match='cannot run the C[+][+] compiler'):
+        fused.build(compiler='/nonexistent/g++', force=True, quiet=True)
+    monkeypatch.setenv('CXX', '/nonexistent/g++')
+    assert main(['fused-build', '--force', '--optional']) == 0
+    assert main(['fused-build', '--force']) == 1
+    assert sorted(p.name for p in fused.library_path().parent.iterdir()) == before
+    assert fused.available()
