@@ -30,7 +30,8 @@ _SHAPE = {'NKT': lambda b, k, t, c: (b, k, t, c), 'NTK': lambda b, k, t, c: (b, 
           'TNK': lambda b, k, t, c: (t, b, k, c)}
 # (B, K, L_q, L_m, C_k, C_v): distinct sizes; the second crosses the 96-row query block and
 # the 256-deep GEMM slab, the third has L_q = 1 (decoding).
-SIZES = [(2, 3, 5, 7, 4, 6), (2, 2, 100, 300, 16, 24), (3, 2, 1, 33, 8, 8)]
+SIZES = [(2, 3, 5, 7, 4, 6), (2, 2, 100, 300, 16, 24), (3, 2, 1, 33, 8, 8),
+         (2, 3, 3, 20, 12, 5)]    # the last two: the unpacked path for <= 4 query rows
 
 
 def make_inputs(rng, layout, b, k, lq, lm, c, cv, scale=1.0):
@@ -117,21 +118,22 @@ def test_fused_large_scores_are_stable(rng):
 
 
 @pytest.mark.parametrize('layout', LAYOUTS)
-def test_fused_nan_past_lengths_never_read(rng, layout):
+@pytest.mark.parametrize('extra_rows', [0, 4])       # 4 rows: the unpacked path; 8: packed
+def test_fused_nan_past_lengths_never_read(rng, layout, extra_rows):
     """NaN in keys and values past the lengths and in query rows of length 0 reaches no
     output and no gradient (the kernel never reads them)."""
-    b, k, lq, lm, c, cv = 2, 2, 4, 6, 4, 3
+    b, k, lq, lm, c, cv = 2, 2, 4 + extra_rows, 6, 4, 3
     q, key, v = (ref.to_nkt(x, layout).copy() for x in make_inputs(rng, layout, b, k, lq, lm,
                                                                    c, cv))
-    lengths = onp.array([[4, 4, 0, 0], [6, 2, 2, 0]])
+    lengths = onp.array([[4, 4, 0, 0] + [4] * extra_rows, [6, 2, 2, 0] + [2] * extra_rows])
     key[0, :, 4:], v[0, :, 4:] = onp.nan, onp.nan
-    q[0, :, 2:], q[1, :, 3] = onp.nan, onp.nan
+    q[0, :, 2:4], q[1, :, 3] = onp.nan, onp.nan          # rows of length 0
     head = onp.ones(ref.merge_heads(onp.zeros((b, k, lq, cv)), layout).shape)
     ctx, grads = run_fused(*(ref.from_nkt(x, layout) for x in (q, key, v)), lengths, layout,
                            head)
     assert onp.isfinite(ctx).all() and all(onp.isfinite(g).all() for g in grads)
     ctx_nkt = ref.split_heads_grad(ctx, layout, k)              # (B, K, L_q, C_v)
-    assert (ctx_nkt[0, :, 2:] == 0).all() and (ctx_nkt[1, :, 3] == 0).all()
+    assert (ctx_nkt[0, :, 2:4] == 0).all() and (ctx_nkt[1, :, 3] == 0).all()
     gk, gv = (ref.to_nkt(g, layout) for g in grads[1:])
     assert (gk[0, :, 4:] == 0).all() and (gv[0, :, 4:] == 0).all()
 

@@ -428,6 +428,51 @@ MXReturnValue finish(bool done) {
   return MX_FAIL;
 }
 
+inline float dot(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float out = hsum8(acc);
+  for (; i < n; ++i) out += a[i] * b[i];
+  return out;
+}
+
+inline void axpy(float* y, float alpha, const float* x, int n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// Forward of a group with at most SMALL_ROWS query rows (decoding): dot products and axpys on
+// the rows of K and V in place, no packing (which would cost as much as the products).
+constexpr int SMALL_ROWS = 4;
+
+void small_forward(const Geometry& g, const int* len, const float* qg, const float* kg,
+                   const float* vg, float* cg, float* lg, float scale, Scratch* sc) {
+  const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
+  for (int r = 0; r < g.Lq; ++r) {
+    const int n = len[r];
+    float* out = cg + r * cs;
+    std::memset(out, 0, g.Cv * sizeof(float));
+    if (n == 0) {
+      lg[r] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    float* s = sc->s.get(static_cast<size_t>(n) + 8);
+    const float* qr = qg + r * qs;
+    for (int j = 0; j < n; ++j) s[j] = scale * dot(qr, kg + j * ks, g.C);
+    float m, sum;
+    exp_rows(s, n, 1, n, &n, &m, &sum);
+    for (int j = 0; j < n; ++j) axpy(out, s[j], vg + j * vs, g.Cv);
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < g.Cv; ++c) out[c] *= inv;
+    lg[r] = m + std::log(sum);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
@@ -451,6 +496,10 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
     const float *qg = q + gr.q, *kg = k + gr.k, *vg = v + gr.v;
     float* cg = ctx + gr.ctx;
     float* lg = lse + gr.rows;
+    if (g.Lq <= SMALL_ROWS) {
+      small_forward(g, sc.len.data(), qg, kg, vg, cg, lg, scale, &sc);
+      return;
+    }
     // K^T (C x lm) and V (lm x C_v) packed once per group.
     float* kt = sc.kt.get(static_cast<size_t>(round_up(lm, NR)) * g.C + NR);
     float* vp = sc.vv.get(static_cast<size_t>(round_up(g.Cv, NR)) * lm + NR);
