@@ -82,7 +82,7 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_k
         return lambda: _run(lambda *t: multi_head_dot_attn(*t, mask)[0], (q, k, v), mode)
     cell = MultiHeadAttentionCell(layout=layout, fused=fused_kernel)
     cell.hybridize(static_alloc=True, static_shape=True)
-    if lengths_input or fused_kernel:        # the same key padding as (B,) valid lengths: fused length softmax
+    if lengths_input or fused_kernel:    # the same key padding given as (B,) valid lengths
         vl = np.array(lengths, dtype='int32')
         return lambda: _run(lambda *t: cell(*t, None, None, vl), (q, k, v), mode)
     return lambda: _run(cell, (q, k, v, mask), mode)

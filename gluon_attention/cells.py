@@ -173,12 +173,7 @@ class MultiHeadAttentionCell(Float32OnCPU):
                  **kwargs):
         super().__init__(**kwargs)
         self._layout = _layout.check_layout(layout)
-        self._fused = _checks.check_bool('fused', fused)
-        if fused and attention_dropout:
-            _checks.fail('the fused kernel has no attention dropout: use fused=False or '
-                         'attention_dropout=0', attention_dropout=attention_dropout)
-        if fused and not _fused.available():
-            raise RuntimeError(_fused.load_error())
+        self._fused = False
         self._query_head_units = None
         if query_units is not None:
             _checks.check_positive_int('query_units', query_units)
@@ -196,6 +191,7 @@ class MultiHeadAttentionCell(Float32OnCPU):
                              normalized=_checks.check_bool('normalized', normalized), eps=eps,
                              query_head_units=self._query_head_units, layout=layout,
                              use_einsum=_checks.check_bool('use_einsum', use_einsum))
+        self.set_fused(fused)
 
     @property
     def layout(self):
@@ -227,8 +223,8 @@ class MultiHeadAttentionCell(Float32OnCPU):
         if fused == self._fused:
             return False
         if fused and self._options['dropout']:
-            _checks.fail('the fused kernel has no attention dropout',
-                         attention_dropout=self._options['dropout'])
+            _checks.fail('the fused kernel has no attention dropout: use fused=False or '
+                         'attention_dropout=0', attention_dropout=self._options['dropout'])
         if fused and not _fused.available():
             raise RuntimeError(_fused.load_error())
         self._fused = fused

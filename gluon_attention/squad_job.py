@@ -91,10 +91,11 @@ def _select_training(features, examples, args):
 def load_data(args, tokenizer):
     """Training features, evaluation examples and evaluation features."""
     exclude = [t for t in args.exclude_titles.split(',') if t]
-    examples = squad.read_squad(_path(args.train_file), exclude_titles=exclude)
+    train = squad.read_squad(_path(args.train_file))       # read once: titles and examples
+    absent = set(exclude) - {e.title for e in train}
+    examples = [e for e in train if e.title not in set(exclude)]
     if args.extra_train_file:
         examples += squad.read_squad(_path(args.extra_train_file), exclude_titles=exclude)
-    absent = set(exclude) - {e.title for e in squad.read_squad(_path(args.train_file))}
     if absent:
         print('note: --exclude-titles names articles not in --train-file: {}'.format(
             ', '.join(sorted(absent))))

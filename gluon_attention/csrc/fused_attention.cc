@@ -428,6 +428,18 @@ MXReturnValue finish(bool done) {
   return MX_FAIL;
 }
 
+// Runs body(group, scratch) for every (batch, head) group on the worker threads: the per-thread
+// scratch and each group's lengths and offsets (Group) are set up here for both passes.
+template <typename Body>
+MXReturnValue for_each_group(const Geometry& g, const Lengths& length, Body body) {
+  std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
+  bool done = parallel_groups(g.B * g.K, [&](int group, int w) {
+    Scratch& sc = scratch[w];
+    body(group_of(g, group, length, &sc), sc);
+  });
+  return finish(done);
+}
+
 inline float dot(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
@@ -487,11 +499,8 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   float* ctx = outputs->at(0).data<float>();
   float* lse = outputs->at(1).data<float>();
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
-  std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
 
-  bool done = parallel_groups(g.B * g.K, [&](int group, int w) {
-    Scratch& sc = scratch[w];
-    const Group gr = group_of(g, group, length, &sc);
+  return for_each_group(g, length, [&](const Group& gr, Scratch& sc) {
     const int lm = gr.lm;
     const float *qg = q + gr.q, *kg = k + gr.k, *vg = v + gr.v;
     float* cg = ctx + gr.ctx;
@@ -540,7 +549,6 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
       }
     }
   });
-  return finish(done);
 }
 
 // Backward. inputs: d_context, d_lse, query, key, value, [length,] context, lse.
@@ -568,11 +576,8 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   if (has_length)
     std::memset(outputs->at(3).data<float>(), 0, outputs->at(3).size() * sizeof(float));
   const long qs = g.stride(g.C), ks = g.stride(g.C), vs = g.stride(g.Cv), cs = g.ctx_stride();
-  std::vector<Scratch> scratch(std::max(1, std::min(num_threads(), g.B * g.K)));
 
-  bool done = parallel_groups(g.B * g.K, [&](int group, int w) {
-    Scratch& sc = scratch[w];
-    const Group gr = group_of(g, group, length, &sc);
+  return for_each_group(g, length, [&](const Group& gr, Scratch& sc) {
     const int lm = gr.lm;
     const float *qg = q + gr.q, *kg = k + gr.k, *vg = v + gr.v;
     const float *dog = dctx + gr.ctx, *og = ctx + gr.ctx;
@@ -669,7 +674,6 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
       }
     }
   });
-  return finish(done);
 }
 
 MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
