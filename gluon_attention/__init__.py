@@ -6,18 +6,18 @@ attention layouts NKT, NTK, TNK; sequence layouts NT, TN.
 """
 __version__ = '0.1.0'
 
-from .masking import (gen_self_attn_mask, gen_mem_attn_mask, valid_length_to_mask,
-                      combine_masks, mask_fill_like)
-from .functional import (masked_softmax, masked_log_softmax, l2_normalize, dot_attn_score,
-                         multi_head_dot_attn, select_vectors_by_position)
-from .chunked import chunked_dot_attn
-from .fused import fused_dot_attn
-from . import fused as _fused_module
-from .seed_attend import attend, mask3d, fill_context_mask, dot
-from .cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
-                    MultiHeadAttention)
-from .encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
-from .nli import Attend, Compare, Aggregate, DecomposableAttention
-from .qa import ModelForQAConditional, QAInference, qa_loss
+from .core.masking import (gen_self_attn_mask, gen_mem_attn_mask, valid_length_to_mask,
+                           combine_masks, mask_fill_like)
+from .core.functional import (masked_softmax, masked_log_softmax, l2_normalize, dot_attn_score,
+                              multi_head_dot_attn, select_vectors_by_position)
+from .core.chunked import chunked_dot_attn
+from .core.fused import fused_dot_attn
+from .core import fused as _fused_module
+from .compat.attend import attend, mask3d, fill_context_mask, dot
+from .core.cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
+                         MultiHeadAttention)
+from .models.encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
+from .models.nli import Attend, Compare, Aggregate, DecomposableAttention
+from .models.qa import ModelForQAConditional, QAInference, qa_loss
 
 _fused_module.load()   # registers the fused kernel's operator when it is built

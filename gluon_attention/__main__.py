@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from . import fused
+from .core import fused
 
 
 def main(argv=None):

@@ -92,7 +92,7 @@ def memory_of(impl, config, mode, args, python):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if impl == 'torch_sdpa':
         cmd = [python, TORCH_WORKER, '--memory', '--threads', str(args.threads)]
-        from gluon_attention import bench
+        from gluon_attention.tasks import bench
         request = {'shape': bench.CONFIGS[config], 'mode': mode,
                    'lengths': bench.valid_lengths(config).tolist()}
         stdin = json.dumps(request) + '\n'
@@ -110,7 +110,7 @@ def memory_of(impl, config, mode, args, python):
 
 def measure(args, torch_peer, python, on_row=None):
     """Rows of the table; ``on_row(rows)`` is called after each configuration and mode."""
-    from gluon_attention import bench
+    from gluon_attention.tasks import bench
     rows = []
     for config in args.configs:
         for mode in args.modes:
@@ -193,7 +193,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # before mxnet is imported
     from mxnet import npx
-    from gluon_attention import bench
+    from gluon_attention.tasks import bench
     npx.set_np()
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))

@@ -48,8 +48,8 @@ def _inputs(np, block_name, batch, length):
 
 def _build(args, ga, mx):
     if args.squad_run:
-        from gluon_attention.qa import ModelForQAConditional, QAInference
-        from gluon_attention.training import CheckpointManager
+        from gluon_attention.models.qa import ModelForQAConditional, QAInference
+        from gluon_attention.tasks.training import CheckpointManager
         model = ModelForQAConditional(ga.BertEncoder.from_pretrained())
         entry = CheckpointManager(os.path.join(args.squad_run, 'checkpoints')).latest()
         if entry is None:
@@ -68,12 +68,12 @@ def _build(args, ga, mx):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gluon_attention.training import set_threads
+    from gluon_attention.tasks.training import set_threads
     set_threads(args.threads)
     import mxnet as mx
     import numpy as onp
     import gluon_attention as ga
-    from gluon_attention.export import export_block
+    from gluon_attention.tasks.export import export_block
     mx.npx.set_np()
     onp.random.seed(args.seed)
     block, name = _build(args, ga, mx)

@@ -112,10 +112,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gluon_attention.training import set_threads
+    from gluon_attention.tasks.training import set_threads
     set_threads(args.threads)                       # before mxnet is imported
     import mxnet as mx
-    from gluon_attention import squad_job as job
+    from gluon_attention.tasks import squad as job
     mx.npx.set_np()
     try:            # what the command line names must exist before any work starts
         contexts = job.parse_ctx(args.ctx)

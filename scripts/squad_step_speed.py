@@ -45,9 +45,9 @@ def _model_dir(path):
 def _ours(args, ids, spans):
     import mxnet as mx
     from mxnet import autograd
-    from gluon_attention.encoder import BertEncoder
-    from gluon_attention.qa import ModelForQAConditional, qa_loss
-    from gluon_attention.training import AdamW
+    from gluon_attention.models.encoder import BertEncoder
+    from gluon_attention.models.qa import ModelForQAConditional, qa_loss
+    from gluon_attention.tasks.training import AdamW
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
         args.model_dir, attention_dropout=0.0,

@@ -102,7 +102,7 @@ def load_data(args, snli):
 
 def load_model(model_dir, ctx):
     from gluon_attention.data import snli
-    from gluon_attention.nli import DecomposableAttention
+    from gluon_attention.models.nli import DecomposableAttention
     config = json.loads((Path(model_dir) / 'config.json').read_text())
     vocab = snli.Vocab.load(Path(model_dir) / 'vocab.json')
     model = DecomposableAttention(len(vocab), **config['model'])
@@ -114,8 +114,10 @@ def train(args, ctx, out):
     import mxnet as mx
     import numpy as onp
     from tqdm import tqdm
-    from gluon_attention import nli
+    from gluon_attention.tasks import nli
+    from gluon_attention.data import glove as glove_io
     from gluon_attention.data import snli
+    from gluon_attention.models.nli import DecomposableAttention
     train_pairs, valid_pairs, removed = load_data(args, snli)
     print('train: {} pairs ({} removed: also in the validation files); valid: {} pairs '
           '({} "-" skipped)'.format(len(train_pairs), removed, len(valid_pairs),
@@ -131,7 +133,7 @@ def train(args, ctx, out):
     save_json(out / 'config.json', config)
 
     mx.random.seed(args.seed)
-    model = nli.DecomposableAttention(len(vocab), **config['model'])
+    model = DecomposableAttention(len(vocab), **config['model'])
     model.initialize(mx.init.Xavier(), ctx=ctx)
     coverage = None
     if args.glove.lower() != 'none':
@@ -140,7 +142,7 @@ def train(args, ctx, out):
         for sentence in train_pairs.premises + train_pairs.hypotheses:
             for token in snli.tokenize(sentence):
                 counts[token] = counts.get(token, 0) + 1
-        coverage = nli.load_glove_embedding(model.embedding, glove, vocab.idx_to_token, counts)
+        coverage = glove_io.load_glove_embedding(model.embedding, glove, vocab.idx_to_token, counts)
         print('GloVe: {found}/{vocab_size} vocabulary rows ({coverage:.1%}), {token_coverage:.1%} '
               'of training tokens'.format(**coverage))
     model.hybridize()
@@ -209,7 +211,8 @@ def train(args, ctx, out):
 
 
 def evaluate(args, ctx):
-    from gluon_attention import nli
+    from gluon_attention.tasks import nli
+    from gluon_attention.data import glove as glove_io
     from gluon_attention.data import snli
     model, vocab, config = load_model(args.model_dir, ctx)
     pairs = read_pairs(snli, args.evaluate)
@@ -227,7 +230,8 @@ def evaluate(args, ctx):
 
 def predict(args, ctx):
     import numpy as onp
-    from gluon_attention import nli
+    from gluon_attention.tasks import nli
+    from gluon_attention.data import glove as glove_io
     from gluon_attention.data import snli
     model, vocab, config = load_model(args.model_dir, ctx)
     pairs = snli.NLIPairs([args.predict[0]], [args.predict[1]], [0])

@@ -15,8 +15,8 @@ from mxnet import np
 
 import reference as ref
 from conftest import HYBRID_TOL, hybridize_mode, requires_gpu, tol
-from gluon_attention import cells, masking
-from gluon_attention import functional as fn
+from gluon_attention.core import cells, masking
+from gluon_attention.core import functional as fn
 from test_cells import export_and_import, flat
 
 LAYOUTS = ('NKT', 'NTK', 'TNK')
@@ -363,7 +363,7 @@ C17_SCRIPT = textwrap.dedent('''
     import mxnet as mx
     from mxnet import np, npx
     npx.set_np()
-    from gluon_attention import cells, functional as fn
+    from gluon_attention.core import cells, functional as fn
     def expect_value_error(call, label):
         try:
             call()

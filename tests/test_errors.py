@@ -4,9 +4,10 @@ import numpy as onp
 import pytest
 from mxnet import np
 
-from gluon_attention import cells, encoder, masking
-from gluon_attention import functional as fn
-from gluon_attention import seed_attend as sa
+from gluon_attention.core import cells, masking
+from gluon_attention.models import encoder
+from gluon_attention.core import functional as fn
+from gluon_attention.compat import attend as sa
 
 
 def _rand(*shape):

@@ -18,13 +18,14 @@ from mxnet import autograd, np
 from mxnet.gluon import HybridBlock, nn
 
 import gluon_attention as ga
-from gluon_attention import cells, masking, training
-from gluon_attention import functional as fn
-from gluon_attention import seed_attend as sa
+from gluon_attention.core import cells, masking
+from gluon_attention.tasks import training
+from gluon_attention.core import functional as fn
+from gluon_attention.compat import attend as sa
 from gluon_attention.data import snli, squad
 from gluon_attention.data.squad_decode import best_span, decode_predictions
-from gluon_attention.export import export_block, import_block
-from gluon_attention.qa import ModelForQAConditional, QAInference, qa_loss
+from gluon_attention.tasks.export import export_block, import_block
+from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as onp
 
 from .._checks import check_positive_int, fail, fail_type
+from .._resources import resource_path
 
 __all__ = ['LABELS', 'PAD', 'UNK', 'NLIPairs', 'tokenize', 'normalize_text', 'read_snli_jsonl',
            'read_snli_lines', 'read_snli', 'concat_pairs', 'remove_overlap', 'Vocab',
@@ -389,11 +390,6 @@ def classification_metrics(labels, predictions, baseline_label=None, names=LABEL
             'confusion_matrix': confusion.tolist(),
             'majority_baseline': {'label': names[baseline_label],
                                   'accuracy': float(onp.mean(labels == baseline_label)) if labels.size else 0.0}}
-
-
-def resource_path(*parts):
-    """Path of a file shipped under ``gluon_attention/resources``."""
-    return Path(__file__).resolve().parent.parent.joinpath('resources', *parts)
 
 
 def default_paths():

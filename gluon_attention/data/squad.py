@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from .._checks import fail
+from .._resources import resource_path
 from .squad_decode import best_span, decode_predictions, span_candidates
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
                              default_model_dir, load_tokenizer)
@@ -22,7 +23,7 @@ __all__ = ['SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad', 'de
            'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'best_threshold',
            'squad_evaluate', 'best_span', 'span_candidates', 'decode_predictions']
 
-_RESOURCES = Path(__file__).resolve().parent.parent / 'resources' / 'squad'
+_RESOURCES = resource_path('squad')
 
 #: Short names of the SQuAD files shipped as package data (see resources/squad/README.md).
 SQUAD_FILES = {

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as onp
 
 from .._checks import check_positive_int, fail
-from ..encoder import default_model_dir
+from .._resources import default_model_dir
 from .squad_metric import normalize_answer
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',

@@ -1,0 +1,1 @@
+"""The seed's PyTorch-style ``attend`` contract on MXNet arrays."""

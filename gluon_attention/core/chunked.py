@@ -1,0 +1,103 @@
+"""Query-chunked multi-head attention: long sequences without an L_q x L_m score tensor.
+
+:func:`chunked_dot_attn` runs :func:`~gluon_attention.functional.multi_head_dot_attn` on slices
+of ``chunk_size`` query positions and concatenates the contexts, so the forward pass holds the
+scores and weights of one chunk, (B, K, chunk_size, L_m), at a time. Each query row's softmax
+only involves its own row, so the result is the unchunked result (same operators, same order
+of additions within a row).
+
+Memory under autograd: MXNet 1.9.1 keeps every chunk's weights for the backward pass (no
+checkpointing of imperative ops), so forward+backward memory is still O(B*K*L_q*L_m).
+Recomputing the chunk in the backward pass instead would cost one more forward of the chunk
+(about a third more time) and needs a custom ``autograd.Function`` per chunk whose backward
+re-runs the forward under ``autograd.record`` -- not provided here.
+
+For key-padding lengths on a CPU in float32, :func:`gluon_attention.fused.fused_dot_attn`
+computes the same context without any L_q x L_m tensor in either pass (and faster); this
+function is for general masks, float16 and GPUs.
+
+Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
+"""
+import mxnet as mx
+
+from .. import _checks
+
+from . import layout as _layout
+from .functional import multi_head_dot_attn
+from .masking import valid_length_to_mask
+
+__all__ = ['chunked_dot_attn']
+
+_TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
+
+
+def _memory_mask(key, mask_or_valid_length, layout):
+    """(B,) lengths -> bool (B, 1, L_m); a (B, L_q or 1, L_m) mask is returned unchanged."""
+    if mask_or_valid_length is None or mask_or_valid_length.ndim == 3:
+        return mask_or_valid_length
+    if mask_or_valid_length.ndim != 1:
+        _checks.fail('mask_or_valid_length must be a (B,) valid length or a (B, L_q, L_m) '
+                     'mask', **{'mask_or_valid_length.shape': mask_or_valid_length.shape})
+    time_axis = _TIME_AXIS[layout]
+    _checks.check_valid_length(mask_or_valid_length, key.shape[time_axis])
+    mask = valid_length_to_mask(key, mask_or_valid_length, axis=time_axis)   # (B, L_m)
+    return mx.np.expand_dims(mask, 1)                                         # (B, 1, L_m)
+
+def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=512,
+                     scaled=True, normalized=False, eps=1e-6, query_head_units=None,
+                     layout='NKT', synchronize=True):
+    """Multi-head dot-product attention computed ``chunk_size`` query positions at a time.
+
+    Parameters
+    ----------
+    query, key, value : float arrays in ``layout``, as in
+        :func:`~gluon_attention.functional.multi_head_dot_attn`.
+    mask_or_valid_length : int (B,) valid lengths of the memory, a 0/1 (B, L_q, L_m) mask
+        (L_q may be 1), or None.
+    chunk_size : int
+        Query positions per chunk (the last chunk may be shorter).
+    scaled, normalized, eps, query_head_units, layout
+        As in :func:`~gluon_attention.functional.multi_head_dot_attn` (no dropout: inference
+        and exact training use).
+    synchronize : bool
+        Wait for each chunk before issuing the next, so MXNet's asynchronous engine cannot
+        allocate the buffers of several chunks at once (the memory bound needs it).
+
+    Returns
+    -------
+    context : (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK; equal to the context of
+        ``multi_head_dot_attn`` on the same inputs, forward and gradients (scores and weights
+        are not returned: they are never held whole).
+
+    Raises
+    ------
+    ValueError
+        Inside a graph (chunking needs L_q), on a bad ``chunk_size``, mask or layout.
+
+    Peak memory of the forward pass: about 5 buffers of B*K*chunk_size*L_m elements instead of
+    5 of B*K*L_q*L_m.
+    """
+    _layout.check_layout(layout)
+    _checks.check_positive_int('chunk_size', chunk_size)
+    if _checks.is_symbol(query):
+        _checks.fail('chunked_dot_attn runs imperatively (it slices by L_q); use '
+                     'multi_head_dot_attn inside a graph', query='Symbol')
+    mask = _memory_mask(key, mask_or_valid_length, layout)
+    time_axis = _TIME_AXIS[layout]
+    length = query.shape[time_axis]
+    if query_head_units is None:
+        query_head_units = query.shape[-1]
+    contexts = []
+    for start in range(0, length, chunk_size):
+        stop = min(start + chunk_size, length)
+        part = query[(slice(None),) * time_axis + (slice(start, stop),)]    # chunk of L_q
+        part_mask = mask
+        if mask is not None and mask.shape[1] != 1:
+            part_mask = mask[:, start:stop]                                   # (B, chunk, L_m)
+        context, _ = multi_head_dot_attn(part, key, value, part_mask, scaled=scaled,
+                                         normalized=normalized, eps=eps,
+                                         query_head_units=query_head_units, layout=layout)
+        if synchronize:
+            context.wait_to_read()
+        contexts.append(context)
+    return mx.np.concatenate(contexts, axis=0 if layout == 'TNK' else 1)

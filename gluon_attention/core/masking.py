@@ -1,0 +1,259 @@
+"""Mask builders: the one place that turns lengths into 0/1 masks and combines masks.
+
+Polarity, everywhere in the library: ``True``/1 = may attend (or may be selected), ``False``/0 =
+blocked. Every builder returns a **bool** array and uses only shape-free operators
+(``arange_like``, broadcasting), so it works on ``mx.np`` arrays and inside ``hybrid_forward``,
+and an exported graph accepts any batch size and length.
+
+Example, two sentences of valid lengths 3 and 2 padded to T=4, ``gen_self_attn_mask`` with
+``attn_type='full'`` (rows: query positions, columns: key positions)::
+
+    b=0: 1 1 1 0      b=1: 1 1 0 0
+         1 1 1 0           1 1 0 0
+         1 1 1 0           0 0 0 0
+         0 0 0 0           0 0 0 0
+
+and with ``attn_type='causal'``::
+
+    b=0: 1 0 0 0      b=1: 1 0 0 0
+         1 1 0 0           1 1 0 0
+         1 1 1 0           0 0 0 0
+         0 0 0 0           0 0 0 0
+"""
+import mxnet as mx
+
+from .. import _checks
+
+__all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill',
+           'valid_length_to_mask', 'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks',
+           'length_mask', 'length_softmax', 'SEQUENCE_LAYOUTS']
+
+SEQUENCE_LAYOUTS = ('NT', 'TN')
+
+
+def get_F(x):
+    """The operator namespace for ``x``: ``mx.sym`` inside a graph, ``mx.nd`` otherwise.
+
+    Use ``F.np`` and ``F.npx`` on the result.
+    """
+    return mx.sym if _checks.is_symbol(x) else mx.nd
+
+
+def mask_fill_like(F, x):
+    """The lowest finite value of ``x``'s dtype, shaped like ``x`` (shape- and dtype-free).
+
+    -3.4028235e38 for float32, -65504 for float16 (so float16 never overflows to -inf),
+    -1.8e308 for float64. Built as ``nan_to_num(full_like(x, -inf))``, which works inside a
+    symbolic graph where the dtype is not known yet. Same fill as MXNet 2's ``masked_softmax``.
+    """
+    return F.np.nan_to_num(F.np.full_like(x, float('-inf')))
+
+
+def stop_gradient(F, x):
+    """``x`` with no gradient flowing back through it (numpy mode has no ``stop_gradient``).
+
+    Uses the legacy ``BlockGrad`` operator, so it also works inside a graph.
+    """
+    return F.BlockGrad(x.as_nd_ndarray()).as_np_ndarray()
+
+
+def broadcast_mask_terms(F, mask, x):
+    """The two full-size masking terms for scores ``x``: ``(keep, fill)``, both shaped like ``x``,
+    in ``x``'s dtype, and off the gradient path.
+
+    ``keep`` is the 0/1 ``mask`` broadcast to ``x``; ``fill`` is 0 where ``mask`` is 1 and the
+    lowest finite value of ``x``'s dtype where it is 0. ``mask`` (bool or 0/1, same rank as ``x``,
+    each dimension equal or 1) is converted at its own small shape, then broadcast once.
+    Shape- and dtype-free: the dtype comes from a one-element slice of ``x`` (empty ``x`` works).
+
+    Why this form: in MXNet 1.9.1 a broadcasting binary op costs a slow reduction in its
+    backward pass and ``np.where`` runs at a fraction of memory speed; the legacy same-shape
+    ``where`` and a same-shape multiply by ``keep`` are the fastest exact masking measured.
+    """
+    lowest = mask_fill_like(F, F.np.sum(F.npx.reshape(x, (-1,))[0:1]))       # () in x's dtype
+    mask = mask.astype('bool')
+    keep = mask * F.np.ones_like(lowest)                                      # mask's shape
+    fill = F.np.logical_not(mask) * lowest                                    # mask's shape
+    x = x.as_nd_ndarray()
+    keep = F.broadcast_like(keep.as_nd_ndarray(), x).as_np_ndarray()         # x's shape
+    fill = F.broadcast_like(fill.as_nd_ndarray(), x).as_np_ndarray()         # x's shape
+    return stop_gradient(F, keep), stop_gradient(F, fill)
+
+
+def masked_fill(F, x, keep, fill):
+    """``x`` where ``keep`` is 1, ``fill`` elsewhere; all three of one shape and dtype.
+
+    The legacy same-shape ``where``: no NaN in ``x`` at blocked positions leaks, and its
+    gradient is correct (unlike ``np.where`` with a Python scalar branch, §8 of the notes).
+    """
+    return F.where(keep.as_nd_ndarray(), x.as_nd_ndarray(), fill.as_nd_ndarray()).as_np_ndarray()
+
+
+def _steps(F, data, axis):
+    """Positions 0..T-1 along ``axis`` of ``data`` as float32 (T,)."""
+    return F.npx.arange_like(data, axis=axis).astype('float32')
+
+
+def logical_and(F, a, b):
+    """Elementwise AND of two 0/1 masks (any dtypes), broadcast, as bool."""
+    return (a.astype('float32') * b.astype('float32')) > 0
+
+
+def valid_length_to_mask(data, valid_length, axis=1):
+    """Mask of the positions before each valid length.
+
+    Parameters
+    ----------
+    data : mx.np.ndarray or Symbol
+        Any array whose extent along ``axis`` is the length T (only its shape is used).
+    valid_length : mx.np.ndarray or Symbol, integer (or integral float), shape (...)
+        Typically (B,) or (B, L_q).
+    axis : int
+        The time axis of ``data``.
+
+    Returns
+    -------
+    mask : bool, shape (..., T)
+        ``mask[..., t] = t < valid_length[...]``.
+
+    Equivalent computation::
+
+        mask = np.arange(T)[None, :] < valid_length[:, None]
+    """
+    F = get_F(data)
+    if not _checks.is_symbol(data):
+        if not -data.ndim <= axis < data.ndim:
+            _checks.fail('axis must index a dimension of data {}'.format(data.shape), axis=axis)
+        _checks.check_valid_length(valid_length, data.shape[axis])
+    steps = _steps(F, data, axis)
+    return steps < F.np.expand_dims(valid_length.astype('float32'), axis=-1)
+
+
+def _time_and_batch_axes(layout):
+    _checks.check_choice('layout', layout, SEQUENCE_LAYOUTS)
+    return (1, 0) if layout == 'NT' else (0, 1)
+
+
+def gen_self_attn_mask(data, valid_length=None, attn_type='full', layout='NT'):
+    """Self-attention mask of an encoder (``'full'``) or a decoder (``'causal'``).
+
+    Parameters
+    ----------
+    data : mx.np.ndarray or Symbol
+        (B, T, C) for layout ``'NT'``, (T, B, C) for ``'TN'``; only its shape is used.
+    valid_length : integer array (B,) or None
+        Valid lengths; ``None`` means every position is valid.
+    attn_type : {'full', 'causal'}
+    layout : {'NT', 'TN'}
+
+    Returns
+    -------
+    mask : bool, shape (B, T, T)
+        Batch-major in both layouts. ``full``: ``mask[b, i, j] = i < vl[b] and j < vl[b]``;
+        ``causal``: ``mask[b, i, j] = j <= i < vl[b]``. Padded query rows are all False.
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``attn_type`` or ``layout``, or (imperatively) lengths outside [0, T].
+    """
+    _checks.check_choice('attn_type', attn_type, ('full', 'causal'))
+    time_axis, batch_axis = _time_and_batch_axes(layout)
+    F = get_F(data)
+    if not _checks.is_symbol(data):
+        _checks.check_valid_length(valid_length, data.shape[time_axis],
+                                   batch_size=data.shape[batch_axis])
+    steps = _steps(F, data, time_axis)
+    rows = F.np.expand_dims(F.np.expand_dims(steps, 0), -1)    # (1, T, 1)
+    cols = F.np.expand_dims(F.np.expand_dims(steps, 0), 0)     # (1, 1, T)
+    batch = F.np.zeros_like(_steps(F, data, batch_axis))
+    batch = F.np.expand_dims(F.np.expand_dims(batch, -1), -1)  # (B, 1, 1) zeros
+    if attn_type == 'causal':
+        mask = cols <= rows + batch                            # (B, T, T)
+    else:
+        mask = (rows + cols + batch) >= 0                      # (B, T, T), all True
+    if valid_length is not None:
+        length = F.np.expand_dims(F.np.expand_dims(valid_length.astype('float32'), -1), -1)
+        mask = logical_and(F, mask, logical_and(F, rows < length, cols < length))
+    return mask
+
+
+def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layout='NT'):
+    """Cross-attention mask from query positions (``data``) to memory positions (``mem``).
+
+    Parameters
+    ----------
+    mem : (B, L_m, C_m) for ``'NT'``, (L_m, B, C_m) for ``'TN'``; only its shape is used.
+    mem_valid_length : integer array (B,)
+    data : (B, L_q, C) for ``'NT'``, (L_q, B, C) for ``'TN'``; only its shape is used.
+    data_valid_length : integer array (B,) or None
+    layout : {'NT', 'TN'}
+
+    Returns
+    -------
+    mask : bool, shape (B, L_q, L_m)
+        ``mask[b, i, j] = j < mem_valid_length[b] and i < data_valid_length[b]`` (the query
+        condition is dropped when ``data_valid_length`` is None).
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``layout``, or (imperatively) lengths outside their ranges.
+    """
+    time_axis, batch_axis = _time_and_batch_axes(layout)
+    F = get_F(data)
+    if not _checks.is_symbol(mem):
+        _checks.check_valid_length(mem_valid_length, mem.shape[time_axis], 'mem_valid_length',
+                                   batch_size=mem.shape[batch_axis])
+        _checks.check_valid_length(data_valid_length, data.shape[time_axis],
+                                   'data_valid_length', batch_size=data.shape[batch_axis])
+    rows = F.np.expand_dims(F.np.expand_dims(_steps(F, data, time_axis), 0), -1)  # (1, L_q, 1)
+    mem_mask = valid_length_to_mask(mem, mem_valid_length, time_axis)            # (B, L_m)
+    mem_mask = F.np.expand_dims(mem_mask, 1)                                      # (B, 1, L_m)
+    if data_valid_length is None:
+        return logical_and(F, mem_mask, rows >= 0)                                # (B, L_q, L_m)
+    length = F.np.expand_dims(F.np.expand_dims(data_valid_length.astype('float32'), -1), -1)
+    return logical_and(F, mem_mask, rows < length)
+
+
+def combine_masks(*masks):
+    """AND of the given 0/1 masks, ignoring ``None``; ``None`` when all are ``None``.
+
+    The masks must broadcast against each other; the result is bool.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    F = get_F(present[0])
+    out = present[0].astype('bool')
+    for mask in present[1:]:
+        out = logical_and(F, out, mask)
+    return out
+
+
+def length_mask(key, valid_length, axis=1):
+    """Key-padding mask from lengths: (B,) -> (B, 1, L_m); (B, L_q) -> (B, L_q, L_m); bool.
+
+    ``key`` holds L_m on ``axis`` ((B, L_m, C) by default; e.g. the (B, K, L_q, L_m) scores with
+    ``axis=-1``); only its shape is used (shape-free).
+    """
+    F = get_F(key)
+    steps = F.npx.arange_like(key, axis=axis).astype('float32')              # (L_m,)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
+    return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
+
+
+def length_softmax(F, logits, valid_length):
+    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
+
+    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
+    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
+    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
+    so that a graph never reads past a row.
+    """
+    rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
+    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
+    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
+    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)).astype('float32'))  # L_m
+    length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
+    return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)

@@ -1,0 +1,2 @@
+"""Models built on the core: the Transformer/BERT encoder and its checkpoint loading, the SQuAD
+QA head, the decomposable-attention NLI blocks. Imports the core only."""

@@ -1,0 +1,396 @@
+"""Post-norm Transformer encoder and a BERT-architecture backbone that loads BERT checkpoints.
+
+Glossary: B batch, T sequence length (L_q = L_m = T in self-attention), K heads, D units
+(model width), H hidden size of the feed-forward network, V vocabulary size.
+
+The self-attention is this library's :class:`~gluon_attention.cells.MultiHeadAttentionCell`
+(layout 'NTK', scaled), given per-query memory lengths (its fused length-aware softmax: the
+same weights as the (B, T, T) mask of :func:`~gluon_attention.masking.gen_self_attn_mask`
+without building it); the layer layout follows BERT
+(Devlin et al., 2019), itself the encoder of Vaswani et al. (2017) with GELU (Hendrycks and
+Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-norm").
+"""
+import os
+
+import mxnet as mx
+import numpy as onp
+from mxnet.gluon import HybridBlock, nn
+
+from .. import _checks
+from ..core import fused as _fused
+from ..core.cells import Float32OnCPU, MultiHeadAttentionCell
+from .checkpoint import load_bert_tensors, read_checkpoint
+
+__all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder']
+
+_ACTIVATIONS = ('gelu', 'relu')
+
+
+def _weight_init():
+    return mx.init.Normal(0.02)  # BERT's initializer_range
+
+
+@mx.util.use_np
+class TransformerEncoderLayer(Float32OnCPU):
+    """One post-norm Transformer encoder layer (BERT layout).
+
+    Equivalent computation, with ``mha`` the scaled multi-head attention::
+
+        q, k, v = attn_query(x), attn_key(x), attn_value(x)        # (B, T, D) each
+        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, mask or valid_length))))  # (B, T, D)
+        y = ffn_ln(a + dropout(ffn_2(gelu(ffn_1(a)))))             # (B, T, D)
+
+    Parameters
+    ----------
+    units : int
+        D, the model width; must be divisible by ``num_heads``.
+    hidden_size : int
+        H, the width of the feed-forward network.
+    num_heads : int
+        K, the number of attention heads (each of size D / K).
+    dropout : float
+        Dropout rate on the attention output and on the feed-forward output, in [0, 1).
+    attention_dropout : float
+        Dropout rate on the attention weights, in [0, 1).
+    layer_norm_eps : float
+        Epsilon of both LayerNorms.
+    activation : {'gelu', 'relu'}
+        Feed-forward activation; 'gelu' is the exact (erf) GELU.
+    fused_attention : bool
+        Run the self-attention through the fused kernel (``MultiHeadAttentionCell(fused=True)``:
+        CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``).
+
+    Inputs
+    ------
+    data : float32 (B, T, D)
+    mask : bool or 0/1 (B, T, T), optional
+        Self-attention mask, 1 = attend (see :func:`gluon_attention.masking.gen_self_attn_mask`).
+    valid_length : int (B,) or (B, T), optional
+        Memory lengths (the fast path for key padding; see
+        :func:`gluon_attention.multi_head_dot_attn`). With ``mask``, both apply.
+
+    Returns
+    -------
+    out : float32 (B, T, D)
+
+    Raises
+    ------
+    ValueError
+        On a non-positive size, ``units`` not divisible by ``num_heads``, a rate outside [0, 1)
+        or an unknown ``activation``.
+    """
+
+    def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
+                 layer_norm_eps=1e-12, activation='gelu', fused_attention=False, prefix=None,
+                 params=None):
+        super().__init__(prefix=prefix, params=params)
+        units = _checks.check_positive_int('units', units)
+        hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
+        self._num_heads = _checks.check_positive_int('num_heads', num_heads)
+        if units % num_heads:
+            _checks.fail('units must be divisible by num_heads', units=units, num_heads=num_heads)
+        dropout = _checks.check_probability('dropout', dropout)
+        attention_dropout = _checks.check_probability('attention_dropout', attention_dropout)
+        self._activation = _checks.check_choice('activation', activation, _ACTIVATIONS)
+
+        def dense(out_units, in_units):
+            return nn.Dense(out_units, flatten=False, in_units=in_units,
+                            weight_initializer=_weight_init())
+
+        with self.name_scope():
+            self.attn_query = dense(units, units)
+            self.attn_key = dense(units, units)
+            self.attn_value = dense(units, units)
+            self.attention_cell = MultiHeadAttentionCell(
+                query_units=units, num_heads=num_heads, attention_dropout=attention_dropout,
+                scaled=True, layout='NTK', fused=fused_attention)
+            self.attn_proj = dense(units, units)
+            self.attn_dropout = nn.Dropout(dropout)
+            self.attn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.ffn_1 = dense(hidden_size, units)
+            self.ffn_2 = dense(units, hidden_size)
+            self.ffn_dropout = nn.Dropout(dropout)
+            self.ffn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+
+    def _split_heads(self, F, x):
+        return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
+
+    def hybrid_forward(self, F, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
+        query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
+        key = self._split_heads(F, self.attn_key(data))        # (B, T, K, D/K)
+        value = self._split_heads(F, self.attn_value(data))    # (B, T, K, D/K)
+        context = self.attention_cell(query, key, value, mask, None, valid_length)[0]  # (B, T, D)
+        out = self.attn_ln(data + self.attn_dropout(self.attn_proj(context)))  # (B, T, D)
+        hidden = self.ffn_1(out)                                                 # (B, T, H)
+        hidden = (F.npx.leaky_relu(hidden, act_type='gelu') if self._activation == 'gelu'
+                  else F.npx.relu(hidden))
+        return self.ffn_ln(out + self.ffn_dropout(self.ffn_2(hidden)))         # (B, T, D)
+
+
+@mx.util.use_np
+class TransformerEncoder(Float32OnCPU):
+    """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one set of lengths.
+
+    Parameters
+    ----------
+    num_layers : int
+        Number of layers.
+    units, hidden_size, num_heads, dropout, attention_dropout, layer_norm_eps, activation
+        As in :class:`TransformerEncoderLayer`.
+    fused_attention : bool or 'auto'
+        Self-attention through the fused kernel (see :mod:`gluon_attention.fused`). 'auto':
+        when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU;
+        a call on GPU arrays switches back to the composed operators.
+
+    Inputs
+    ------
+    data : float32 (B, T, D)
+    valid_length : int32 (B,)
+        Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
+        to nor meaningful in the output (a padded query row attends nothing: its context is zero).
+
+    Returns
+    -------
+    out : float32 (B, T, D)
+    """
+
+    def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
+                 attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
+                 fused_attention='auto', prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        num_layers = _checks.check_positive_int('num_layers', num_layers)
+        fused_attention = _fused.resolve(fused_attention, attention_dropout)
+        with self.name_scope():
+            self.layers = nn.HybridSequential()
+            for _ in range(num_layers):
+                self.layers.add(TransformerEncoderLayer(
+                    units, hidden_size, num_heads, dropout=dropout,
+                    attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
+                    activation=activation, fused_attention=fused_attention))
+
+    @property
+    def fused_attention(self):
+        """Whether the layers' self-attention runs the fused kernel."""
+        return all(layer.attention_cell.fused for layer in self.layers)
+
+    def use_fused_attention(self, fused):
+        """Switch every layer's self-attention to the fused kernel or to the composed
+        operators; returns True when something changed (a hybridized parent must then rebuild
+        its graph: ``_clear_cached_op``). The weights are the same either way."""
+        changed = False
+        for layer in self.layers:
+            changed |= layer.attention_cell.set_fused(fused)
+        if changed:
+            self._clear_cached_op()
+        return changed
+
+    def forward(self, data, *args):  # pylint: disable=arguments-differ
+        if isinstance(data, mx.nd.NDArray) and data.ctx.device_type != 'cpu':
+            self.use_fused_attention(False)                 # the kernel is CPU-only
+        return super().forward(data, *args)
+
+    def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
+        _checks.check_valid_length(valid_length, None if _checks.is_symbol(data)
+                                   else data.shape[1])
+        # Per-query memory lengths (B, T): valid_length for a valid query, 0 for a padded one,
+        # the lengths form of gen_self_attn_mask(data, valid_length).
+        length = F.npx.reshape(valid_length.astype('float32'), (-2, 1))          # (B, 1)
+        steps = F.npx.arange_like(data, axis=1)                                  # (T,)
+        query_lengths = (F.np.expand_dims(steps, 0) < length) * length           # (B, T)
+        for i in range(len(self.layers)):
+            data = self.layers[i](data, None, query_lengths)                     # (B, T, D)
+        return data
+
+
+@mx.util.use_np
+class BertEncoder(HybridBlock):
+    """BERT-architecture backbone: embeddings, LayerNorm, dropout, post-norm Transformer.
+
+    Loads standard BERT checkpoints exactly (:meth:`from_pretrained`); the default is
+    all-MiniLM-L6-v2 (6 layers, D=384, K=12, H=1536). Shape-free: a hybridized or exported graph
+    runs at any B and any T <= ``max_length``.
+
+    Equivalent computation::
+
+        x = word_embed(token_ids) + position_embed(arange(T)) + token_type_embed(token_types)
+        x = dropout(embed_ln(x))                                       # (B, T, D)
+        return encoder(x, valid_length)                                # (B, T, D)
+
+    Parameters
+    ----------
+    vocab_size : int
+        V, the number of word ids.
+    units : int
+        D, the model width.
+    hidden_size : int
+        H, the feed-forward width.
+    num_layers : int
+        Number of Transformer layers.
+    num_heads : int
+        K, attention heads; must divide ``units``.
+    max_length : int
+        Number of learned positions; T may not exceed it (checked imperatively; an exported graph
+        given longer inputs reads clipped positions).
+    num_token_types : int
+        Number of segment (token type) ids.
+    dropout, attention_dropout : float
+        Dropout rates of the embeddings and layers, and of the attention weights, in [0, 1).
+    layer_norm_eps : float
+        Epsilon of every LayerNorm.
+    fused_attention : bool or 'auto'
+        As in :class:`TransformerEncoder` ('auto': the fused kernel on CPU when it is built and
+        ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``).
+
+    Inputs (positional)
+    -------------------
+    token_ids : int32 (B, T)
+        Word ids in [0, V).
+    token_types : int32 (B, T)
+        Segment ids in [0, num_token_types).
+    valid_length : int32 (B,)
+        Number of valid tokens per row, in [0, T]; positions at or beyond it are padding.
+
+    Returns
+    -------
+    hidden : float32 (B, T, D)
+        Last hidden states. Only positions below ``valid_length`` are meaningful.
+
+    Attributes
+    ----------
+    config : dict
+        The constructor arguments above (e.g. ``config['units']`` for a head on top).
+
+    Raises
+    ------
+    ValueError
+        On an invalid configuration, or imperatively on inputs of the wrong rank, with different
+        shapes, with non-integer or out-of-range ids, with T > ``max_length``, or on a
+        ``valid_length`` outside [0, T].
+    """
+
+    def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
+                 max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
+                 layer_norm_eps=1e-12, fused_attention='auto', prefix=None, params=None):
+        super().__init__(prefix=prefix, params=params)
+        vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
+        units = _checks.check_positive_int('units', units)
+        self._max_length = _checks.check_positive_int('max_length', max_length)
+        num_token_types = _checks.check_positive_int('num_token_types', num_token_types)
+        self.config = dict(vocab_size=vocab_size, units=units, hidden_size=hidden_size,
+                           num_layers=num_layers, num_heads=num_heads, max_length=max_length,
+                           num_token_types=num_token_types, dropout=dropout,
+                           attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+        with self.name_scope():
+            self.word_embed = nn.Embedding(vocab_size, units, weight_initializer=_weight_init())
+            self.position_embed = nn.Embedding(max_length, units,
+                                               weight_initializer=_weight_init())
+            self.token_type_embed = nn.Embedding(num_token_types, units,
+                                                 weight_initializer=_weight_init())
+            self.embed_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
+            self.encoder = TransformerEncoder(
+                num_layers, units, hidden_size, num_heads, dropout=dropout,
+                attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
+                fused_attention=fused_attention)
+
+    def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
+        if (isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu'
+                and self.encoder.use_fused_attention(False)):   # the kernel is CPU-only
+            self._clear_cached_op()
+        return super().forward(token_ids, *args)
+
+    def _check_inputs(self, token_ids, token_types, valid_length):
+        for name, x in (('token_ids', token_ids), ('token_types', token_types)):
+            _checks.check_rank(name, x, (2,))
+        if token_ids.shape != token_types.shape:
+            _checks.fail('token_ids and token_types must have the same shape (B, T)',
+                         **{'token_ids.shape': token_ids.shape,
+                            'token_types.shape': token_types.shape})
+        _check_ids('token_ids', token_ids, self.config['vocab_size'])
+        _check_ids('token_types', token_types, self.config['num_token_types'])
+        if token_ids.shape[1] == 0:
+            _checks.fail('token_ids must have at least one position (T >= 1)',
+                         **{'token_ids.shape': token_ids.shape})
+        if token_ids.shape[1] > self._max_length:
+            _checks.fail('the sequence length T must be at most max_length={}'.format(
+                self._max_length), **{'token_ids.shape': token_ids.shape})
+        _checks.check_rank('valid_length', valid_length, (1,))
+        _checks.check_valid_length(valid_length, token_ids.shape[1],
+                                   batch_size=token_ids.shape[0])
+
+    def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
+                       valid_length):
+        if not _checks.is_symbol(token_ids):
+            self._check_inputs(token_ids, token_types, valid_length)
+        positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
+        data = self.word_embed(token_ids) + self.token_type_embed(token_types) \
+            + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
+        data = self.embed_dropout(self.embed_ln(data))                   # (B, T, D)
+        return self.encoder(data, valid_length)                          # (B, T, D)
+
+    @classmethod
+    def from_pretrained(cls, path=None, ctx=None, **overrides):
+        """Build a BertEncoder from a BERT checkpoint folder and load its weights exactly.
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            Folder holding ``config.json`` (a BERT config with ``hidden_act='gelu'``) and
+            ``model.safetensors`` (standard BERT tensor names, with or without a ``bert.``
+            prefix). ``None`` means the default pretrained encoder
+            (:func:`gluon_attention._resources.default_model_dir`, all-MiniLM-L6-v2).
+        ctx : mxnet.Context or list of Context, optional
+            Where the parameters live; the current context by default.
+        **overrides
+            ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
+            recipes often change them; the weights are unaffected), ``fused_attention``
+            (default 'auto', resolved for ``ctx``).
+
+        Returns
+        -------
+        BertEncoder
+            Initialised with the checkpoint's weights; the pooler, ``position_ids`` and, in a
+            ``bert.``-prefixed checkpoint, task heads outside ``bert.`` are ignored.
+
+        Raises
+        ------
+        ModuleNotFoundError
+            ``path`` is None and the default model package is not installed.
+        FileNotFoundError
+            The folder, ``config.json`` or ``model.safetensors`` is missing.
+        TypeError
+            ``path`` or ``ctx`` of the wrong type.
+        ValueError
+            An unsupported config, an unreadable (e.g. truncated) weights file, or a missing,
+            unexpected or mis-shaped tensor.
+        """
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            _checks.fail_type('path must be a folder (str or os.PathLike) or None',
+                              path=type(path).__name__)
+        contexts = ctx if isinstance(ctx, (list, tuple)) else [ctx]
+        if not all(c is None or isinstance(c, mx.Context) for c in contexts):
+            _checks.fail_type('ctx must be an mxnet Context (e.g. mx.cpu()), a list of them, '
+                              'or None', ctx=ctx)
+        config, tensors, source = read_checkpoint(path)
+        unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention'}
+        if unknown:
+            _checks.fail('from_pretrained overrides only dropout, attention_dropout and '
+                         'fused_attention', overrides=sorted(unknown))
+        config.update(overrides)
+        config['fused_attention'] = _fused.resolve(config.get('fused_attention', 'auto'),
+                                                   config['attention_dropout'], ctx)
+        block = cls(**config)
+        block.initialize(ctx=ctx)
+        load_bert_tensors(block, tensors, source)
+        return block
+
+
+def _check_ids(name, ids, size):
+    """Imperatively check integer ids in [0, size) (an Embedding would clip them silently)."""
+    values = ids.asnumpy()
+    if values.dtype.kind not in 'iu':
+        _checks.fail_type('{} must be an integer array (int32)'.format(name),
+                          **{name + '.dtype': str(values.dtype)})
+    if values.size and not 0 <= values.min() <= values.max() < size:
+        _checks.fail('{} must lie in [0, {})'.format(name, size),
+                     **{'(min, max) of ' + name: (int(values.min()), int(values.max()))})

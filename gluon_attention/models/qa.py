@@ -1,0 +1,190 @@
+"""Extractive question answering head with answerable logits (SQuAD 2.0).
+
+Models p(start) * p(end | start) * p(answerable), the conditional head of GluonNLP master's
+``ModelForQAConditionalV1`` (Rajpurkar et al. 2018 for the task), in this library's mask
+polarity: ``p_mask`` is 1 where a token may be a start or end position (the [CLS] token, which
+stands for the null answer, and the context tokens) and 0 elsewhere (query, [SEP], padding).
+
+Glossary: B batch, T sequence length, C hidden size, N start candidates per sequence.
+"""
+import mxnet as mx
+from mxnet.gluon import HybridBlock, nn
+
+from .. import _checks
+from ..core.functional import (float32_on_cpu, masked_log_softmax, masked_softmax,
+                         select_vectors_by_position)
+from ..core.masking import get_F
+
+__all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
+
+
+def _dense(units):
+    return nn.Dense(units, flatten=False, weight_initializer=mx.init.Normal(0.02))
+
+
+@mx.util.use_np
+class ModelForQAConditional(HybridBlock):
+    """A backbone plus start, conditioned end and answerable heads.
+
+    Parameters
+    ----------
+    backbone : HybridBlock
+        Called ``backbone(tokens, token_types, valid_length)`` -> contextual embeddings
+        (B, T, C) float32, position 0 being [CLS] (e.g. :class:`gluon_attention.BertEncoder`).
+    units : int
+        Hidden width of the end and answerable heads.
+    dropout : float in [0, 1)
+        Dropout inside the answerable head.
+    activation : str
+        Activation of both heads (an ``nn.Activation`` name).
+    layer_norm_eps : float
+        Epsilon of the end head's LayerNorm.
+
+    Training call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
+    p_mask (B, T) float32 0/1, start_position (B,) int32)`` returns
+    ``(start_logits (B, T), end_logits (B, T), answerable_logits (B, 2))``: log-probabilities,
+    the end conditioned on the given (gold) start, -inf where ``p_mask`` is 0; answerable class 0
+    = answerable, class 1 = impossible.
+
+    float16: the heads keep float32 parameters; a float16 contextual embedding on a CPU (where
+    MXNet 1.9.1 has no float16 GEMM) is computed in float32 and the logits return as float16.
+    """
+
+    def __init__(self, backbone, units=384, dropout=0.1, activation='tanh',
+                 layer_norm_eps=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        _checks.check_positive_int('units', units)
+        _checks.check_probability('dropout', dropout)
+        with self.name_scope():
+            self.backbone = backbone
+            self.start_scores = _dense(1)
+            self.end_scores = nn.HybridSequential(prefix='end_')
+            self.end_scores.add(_dense(units), nn.Activation(activation),
+                                nn.LayerNorm(epsilon=layer_norm_eps), _dense(1))
+            self.answerable_scores = nn.HybridSequential(prefix='answerable_')
+            self.answerable_scores.add(_dense(units), nn.Activation(activation),
+                                       nn.Dropout(dropout), _dense(2))
+
+    def _start_scores(self, contextual_embedding):
+        F = get_F(contextual_embedding)
+        return F.np.squeeze(self.start_scores(contextual_embedding), -1)        # (B, T)
+
+    @float32_on_cpu
+    def get_start_logits(self, contextual_embedding, p_mask):
+        """(B, T, C) embeddings, (B, T) p_mask -> (B, T) start log-probabilities."""
+        return masked_log_softmax(self._start_scores(contextual_embedding), p_mask)
+
+    @float32_on_cpu
+    def get_end_logits(self, contextual_embedding, start_positions, p_mask):
+        """End log-probabilities conditioned on each start.
+
+        contextual_embedding (B, T, C), start_positions int (B, N), p_mask (B, T)
+        -> (B, N, T) log-probabilities over end positions.
+        """
+        F = get_F(contextual_embedding)
+        start_feature = select_vectors_by_position(contextual_embedding, start_positions)
+        start_feature = F.np.expand_dims(start_feature, 2)                       # (B, N, 1, C)
+        tokens = F.np.expand_dims(contextual_embedding, 1)                       # (B, 1, T, C)
+        features = F.np.concatenate([start_feature + F.np.zeros_like(tokens),
+                                     tokens + F.np.zeros_like(start_feature)], axis=-1)
+        scores = F.np.squeeze(self.end_scores(features), -1)                     # (B, N, T)
+        return masked_log_softmax(scores, F.np.expand_dims(p_mask, 1))
+
+    @float32_on_cpu
+    def get_answerable_logits(self, contextual_embedding, p_mask):
+        """(B, T, C), (B, T) -> (B, 2) log-probabilities (0 answerable, 1 impossible).
+
+        Pools the tokens with the masked softmax of the start scores, joins the [CLS] vector.
+        """
+        F = get_F(contextual_embedding)
+        weights = masked_softmax(self._start_scores(contextual_embedding), p_mask)  # (B, T)
+        pooled = F.np.squeeze(F.npx.batch_dot(F.np.expand_dims(weights, 1),
+                                              contextual_embedding), 1)          # (B, C)
+        cls = F.np.squeeze(F.npx.slice(contextual_embedding, (None, 0, None),
+                                       (None, 1, None)), 1)                      # (B, C)
+        scores = self.answerable_scores(F.np.concatenate([pooled, cls], axis=-1))
+        return F.npx.log_softmax(scores, axis=-1)
+
+    def hybrid_forward(self, F, tokens, token_types, valid_length, p_mask, start_position):  # pylint: disable=arguments-differ
+        embedding = self.backbone(tokens, token_types, valid_length)
+        start_logits = self.get_start_logits(embedding, p_mask)
+        end_logits = self.get_end_logits(embedding, F.np.expand_dims(start_position, -1), p_mask)
+        end_logits = F.np.squeeze(end_logits, 1)                                 # (B, T)
+        return start_logits, end_logits, self.get_answerable_logits(embedding, p_mask)
+
+    def inference(self, tokens, token_types, valid_length, p_mask, start_top_n=5, end_top_n=5):
+        """Beam over starts; see :class:`QAInference` for the outputs."""
+        return decode_heads(self, self.backbone(tokens, token_types, valid_length), p_mask,
+                            start_top_n, end_top_n)
+
+
+def decode_heads(model, embedding, p_mask, start_top_n, end_top_n):
+    """The inference computation shared by :meth:`ModelForQAConditional.inference` and
+    :class:`QAInference` (works imperatively and in a graph)."""
+    F = get_F(embedding)
+    start_logits = model.get_start_logits(embedding, p_mask)                     # (B, T)
+    start_top_logits, start_top_index = F.npx.topk(start_logits, k=start_top_n, axis=-1,
+                                                   ret_typ='both')              # (B, Ns)
+    end_logits = model.get_end_logits(embedding, start_top_index, p_mask)        # (B, Ns, T)
+    end_top_logits, end_top_index = F.npx.topk(end_logits, k=end_top_n, axis=-1,
+                                               ret_typ='both')                  # (B, Ns, Ne)
+    answerable_logits = model.get_answerable_logits(embedding, p_mask)           # (B, 2)
+    return start_top_logits, start_top_index, end_top_logits, end_top_index, answerable_logits
+
+
+@mx.util.use_np
+class QAInference(HybridBlock):
+    """The exportable inference graph of a :class:`ModelForQAConditional`.
+
+    Call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
+    p_mask (B, T) float32)`` and get ``start_top_logits (B, Ns)``, ``start_top_index (B, Ns)``
+    (float32), ``end_top_logits (B, Ns, Ne)``, ``end_top_index (B, Ns, Ne)`` (float32) and
+    ``answerable_logits (B, 2)``. No end >= start or length constraint is applied here: span
+    decoding does that.
+    """
+
+    def __init__(self, model, start_top_n=5, end_top_n=5, **kwargs):
+        super().__init__(**kwargs)
+        self._top_n = (_checks.check_positive_int('start_top_n', start_top_n),
+                       _checks.check_positive_int('end_top_n', end_top_n))
+        with self.name_scope():
+            self.model = model
+
+    def hybrid_forward(self, F, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
+        embedding = self.model.backbone(tokens, token_types, valid_length)
+        return decode_heads(self.model, embedding, p_mask, *self._top_n)
+
+
+def _check_loss_inputs(start_logits, start_position, end_position, is_impossible):
+    """Imperatively: gold positions in [0, T) and labels in {0, 1}, one per batch row (npx.pick
+    would silently clip an out-of-range index)."""
+    _checks.check_rank('start_logits', start_logits, (2,))
+    batch, length = start_logits.shape
+    for name, x, high in (('start_position', start_position, length - 1),
+                          ('end_position', end_position, length - 1),
+                          ('is_impossible', is_impossible, 1)):
+        _checks.check_rank(name, x, (1,))
+        _checks.check_valid_length(x, high, name, batch_size=batch)
+
+
+def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_position,
+            is_impossible, answerable_weight=1.0, sample_weight=None):
+    """Mean negative log-likelihood of the gold span plus the weighted answerable loss.
+
+    start_logits, end_logits (B, T) and answerable_logits (B, 2) are log-probabilities;
+    start_position, end_position, is_impossible are int (B,). Impossible features point at
+    [CLS] (position 0). ``sample_weight`` (B,) float, optional: each feature's weight in the
+    answerable term (0 leaves the answerable head untrained on it). Imperatively, positions
+    outside [0, T), labels other than 0/1 or a batch size other than B raise ValueError.
+    Returns a () array: ``-0.5 * mean(start[gold] + end[gold])
+    - answerable_weight * mean(sample_weight * answerable[is_impossible])``.
+    """
+    F = get_F(start_logits)
+    if not _checks.is_symbol(start_logits):
+        _check_loss_inputs(start_logits, start_position, end_position, is_impossible)
+    span = F.npx.pick(start_logits, start_position, axis=-1) + \
+        F.npx.pick(end_logits, end_position, axis=-1)
+    answerable = F.npx.pick(answerable_logits, is_impossible, axis=-1)
+    if sample_weight is not None:
+        answerable = answerable * sample_weight
+    return -0.5 * F.np.mean(span) - answerable_weight * F.np.mean(answerable)

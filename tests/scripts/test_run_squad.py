@@ -1,0 +1,139 @@
+"""Smoke run of scripts/run_squad.py: train a few steps, evaluate, export, reload, check."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gluon_attention.core import fused
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = ['--max-steps', '3', '--checkpoint-every', '2', '--max-train-features', '24',
+        '--max-eval-examples', '12', '--batch-size', '4', '--eval-batch-size', '8',
+        '--max-seq-length', '96', '--eval-max-seq-length', '128', '--doc-stride', '32',
+        '--max-query-length', '24', '--threads', '1', '--seed', '3']
+OFFICIAL_KEYS = {'exact', 'f1', 'total', 'HasAns_exact', 'HasAns_f1', 'NoAns_exact', 'NoAns_f1',
+                 'best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'}
+
+
+def run_script(output_dir, *extra):
+    env = dict(os.environ, PYTHONWARNINGS='ignore')
+    return subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'run_squad.py'),
+                           '--output-dir', str(output_dir)] + TINY + list(extra),
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.fixture(scope='module')
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp('squad')
+    proc = run_script(out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc
+
+
+def test_outputs_have_official_format(smoke_run):
+    out, _ = smoke_run
+    metrics = json.loads((out / 'metrics.json').read_text())
+    assert OFFICIAL_KEYS <= set(metrics)
+    assert {'train_seconds', 'train_features_per_second', 'eval_seconds'} <= set(metrics)
+    assert metrics['total'] == 12
+    predictions = json.loads((out / 'predictions.json').read_text())
+    null_odds = json.loads((out / 'null_odds.json').read_text())
+    assert set(predictions) == set(null_odds) and len(predictions) == 12
+    assert all(isinstance(v, str) for v in predictions.values())
+    # the threshold rule: '' exactly where the score difference exceeds the default 0.0
+    nbest = json.loads((out / 'nbest_predictions.json').read_text())
+    for qid, text in predictions.items():
+        if null_odds[qid] > 0.0:
+            assert text == ''
+        elif nbest[qid]:
+            assert text == nbest[qid][0]['text']
+
+
+def test_export_reload_in_fresh_process_matches(smoke_run):
+    out, proc = smoke_run
+    check = json.loads((out / 'export' / 'check.json').read_text())
+    assert check['status'] == 'ok' and check['identical'] == check['total'] == 12
+    assert check['max_abs_diff'] < 1e-4
+    assert 'export check: 12/12' in proc.stdout
+    spec = json.loads((out / 'export' / 'qa-inputs.json').read_text())
+    assert spec['input_names'] == ['input_ids', 'token_types', 'valid_length', 'p_mask']
+    assert (out / 'export' / 'qa-symbol.json').exists()
+    # the encoder ran the fused kernel (attention dropout 0 on CPU), and the spec says so
+    uses_fused = '"ga_fused_attention"' in (out / 'export' / 'qa-symbol.json').read_text()
+    assert uses_fused == fused.available()
+    assert ('ga_fused_attention' in spec.get('custom_operators', {})) == uses_fused
+
+
+def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
+    out, _ = smoke_run
+    before = json.loads((out / 'metrics.json').read_text())
+    proc = run_script(out, '--skip-export')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'resuming from step 3 of 3' in proc.stdout
+    after = json.loads((out / 'metrics.json').read_text())
+    timing = {'train_seconds', 'train_features_per_second', 'eval_seconds'}
+    assert {k: v for k, v in before.items() if k not in timing} == \
+        {k: v for k, v in after.items() if k not in timing}
+    # The training time of the run is kept in the checkpoints, so a rerun reports it too.
+    assert before['train_seconds'] == after['train_seconds'] > 0
+    assert before['train_features_per_second'] == after['train_features_per_second'] > 0
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--ctx', 'tpu(0)'], r"ctx must look like .*Received: ctx='tpu\(0\)'"),
+    (['--ctx', 'gpu(7)'], r'names a GPU but this MXNet sees \d+ GPU'),
+    (['--model-dir', '/nonexistent_dir'], r'nonexistent_dir'),
+    (['--dropout', '1.5'], r'--dropout must lie in \[0, 1\)\. Received: 1\.5'),
+    (['--attention-dropout', '-0.1'], r'--attention-dropout must lie in \[0, 1\)'),
+    (['--warmup-ratio', '2'], r'--warmup-ratio is a fraction in \[0, 1\]\. Received: 2\.0'),
+    (['--no-answer-chunk-ratio', '5'], r'--no-answer-chunk-ratio is a fraction in \[0, 1\]'),
+    (['--null-score-diff-threshold', 'nan'], r'--null-score-diff-threshold must be a finite'),
+    (['--eval-max-seq-length', '600'],
+     r"--eval-max-seq-length must be at most the model's max_position_embeddings=512"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, extra, message):
+    """No traceback: the error line names the argument and what was received."""
+    proc = run_script(tmp_path, *extra)
+    assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr[-2000:]
+    assert re.search(message, proc.stderr), proc.stderr[-2000:]
+
+
+def test_export_inference_script_round_trip(tmp_path):
+    """scripts/export_inference.py: export, reload in a fresh process at another B and T."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'export_inference.py'),
+                           '--block', 'dot_product', '--threads', '1',
+                           '--output-prefix', str(tmp_path / 'dpa')],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONWARNINGS='ignore'))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout[proc.stdout.index('{'):])
+    assert report['ok'] and report['max_abs_diff'] <= 1e-5
+    assert os.path.exists(report['symbol']) and os.path.exists(report['inputs'])
+
+
+def test_training_selection_with_plausible_spans():
+    """With plausible spans, only the impossible questions' chunks that hold the plausible span
+    follow --impossible-ratio; their other chunks follow --no-answer-chunk-ratio."""
+    from types import SimpleNamespace
+    from gluon_attention.tasks.squad import _select_training
+    examples = [SimpleNamespace(is_impossible=False), SimpleNamespace(is_impossible=True)]
+    kinds = {'answer': (0, False, 5), 'missed': (0, True, 0), 'plausible': (1, True, 5),
+             'elsewhere': (1, True, 0)}
+    features = [SimpleNamespace(kind=kind, example_index=e, is_impossible=imp, start_position=s)
+                for kind, (e, imp, s) in kinds.items() for _ in range(400)]
+
+    def kept(**ratios):
+        args = SimpleNamespace(seed=0, max_train_features=0, **ratios)
+        chosen = _select_training(features, examples, args)
+        return {kind: sum(f.kind == kind for f in chosen) / 400 for kind in kinds}
+
+    plain = kept(impossible_ratio=1.0, no_answer_chunk_ratio=0.0, plausible_spans=0)
+    assert plain == {'answer': 1.0, 'missed': 0.0, 'plausible': 1.0, 'elsewhere': 1.0}
+    marked = kept(impossible_ratio=1.0, no_answer_chunk_ratio=0.0, plausible_spans=1)
+    assert marked == {'answer': 1.0, 'missed': 0.0, 'plausible': 1.0, 'elsewhere': 0.0}
+    mixed = kept(impossible_ratio=0.0, no_answer_chunk_ratio=0.5, plausible_spans=1)
+    assert mixed['plausible'] == 0.0 and mixed['answer'] == 1.0
+    assert 0.4 < mixed['missed'] < 0.6 and 0.4 < mixed['elsewhere'] < 0.6
