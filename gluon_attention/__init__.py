@@ -12,7 +12,7 @@ from .core.functional import (masked_softmax, masked_log_softmax, l2_normalize, 
                               multi_head_dot_attn, select_vectors_by_position)
 from .core.chunked import chunked_dot_attn
 from .core.fused import fused_dot_attn
-from .core import fused as _fused_module
+from . import fused   # the documented path gluon_attention.fused (available(), library_path())
 from .compat.attend import attend, mask3d, fill_context_mask, dot
 from .core.cells import (AdditiveAttention, DotProductAttention, MultiHeadAttentionCell,
                          MultiHeadAttention)
@@ -20,4 +20,4 @@ from .models.encoder import BertEncoder, TransformerEncoder, TransformerEncoderL
 from .models.nli import Attend, Compare, Aggregate, DecomposableAttention
 from .models.qa import ModelForQAConditional, QAInference, qa_loss
 
-_fused_module.load()   # registers the fused kernel's operator when it is built
+fused.load()   # registers the fused kernel's operator when it is built

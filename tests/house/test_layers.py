@@ -96,3 +96,12 @@ def test_no_module_imports_from_its_own_layer_sideways_or_above():
 def test_import_chain_is_short():
     # 8 modules deep before the layers (9 with data/__init__); the layers bring it to 6 or less
     assert longest_chain(import_graph()) <= 6
+
+
+def test_documented_paths_still_work():
+    import gluon_attention
+    from gluon_attention.data import squad
+    assert callable(gluon_attention.fused.available) and callable(gluon_attention.fused.library_path)
+    assert callable(squad.read_squad)
+    from gluon_attention import export
+    assert callable(export.export_block)
