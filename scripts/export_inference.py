@@ -68,7 +68,7 @@ def _build(args, ga, mx):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gluon_attention.tasks.training import set_threads
+    from gluon_attention.tasks.common import set_threads
     set_threads(args.threads)
     import mxnet as mx
     import numpy as onp

@@ -112,7 +112,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gluon_attention.tasks.training import set_threads
+    from gluon_attention.tasks.common import set_threads
     set_threads(args.threads)                       # before mxnet is imported
     import mxnet as mx
     from gluon_attention.tasks import squad as job

@@ -19,7 +19,7 @@ from mxnet.gluon import HybridBlock, nn
 
 import gluon_attention as ga
 from gluon_attention.core import cells, masking
-from gluon_attention.tasks import training
+from gluon_attention.tasks import common, training
 from gluon_attention.core import functional as fn
 from gluon_attention.compat import attend as sa
 from gluon_attention.data import snli, squad
@@ -154,8 +154,8 @@ ERROR_CASES = [
     ('seed-sizes-batch', lambda: sa.attend(Q, K, context_sizes=[1, 2, 3]), ValueError,
      ['[1, 2, 3]']),
     # training utilities
-    ('ctx-unknown', lambda: training.parse_ctx('tpu0'), ValueError, ["'tpu0'"]),
-    ('ctx-repeated', lambda: training.parse_ctx('cpu,cpu'), ValueError, ["'cpu,cpu'"]),
+    ('ctx-unknown', lambda: common.parse_ctx('tpu0'), ValueError, ["'tpu0'"]),
+    ('ctx-repeated', lambda: common.parse_ctx('cpu,cpu'), ValueError, ["'cpu,cpu'"]),
     ('checkpoint-keep', lambda: training.CheckpointManager(TMP, keep=0), ValueError, ['keep=0']),
     # data readers: file, record and what is wrong
     ('squad-missing-file', lambda: squad.read_squad(os.path.join(TMP, 'nope.json')), ValueError,
@@ -414,13 +414,13 @@ def test_dropout_identity_at_inference(name, tmp_path):
 
 
 def test_dropout_reseeded_from_seed_and_step_is_repeatable():
-    """training.seed_step(seed, step) makes dropout masks a function of (seed, step) only."""
+    """common.seed_step(seed, step) makes dropout masks a function of (seed, step) only."""
     block = cells.DotProductAttention(dropout=0.5)
     runs = []
     for _ in range(2):
         masks = []
         for step in (0, 1, 0):
-            training.seed_step(7, step)
+            common.seed_step(7, step)
             with autograd.record(train_mode=True):
                 masks.append(block(Q, K, V)[1].asnumpy())
         runs.append(masks)

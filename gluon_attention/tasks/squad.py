@@ -22,8 +22,8 @@ from .._resources import default_model_dir
 from ..models.encoder import BertEncoder
 from .export import export_block
 from ..models.qa import ModelForQAConditional, QAInference, qa_loss
-from .training import (AdamW, CheckpointManager, atomic_write_json, linear_warmup_decay,
-                       parse_ctx, seed_step, split_batch)
+from .common import atomic_write_json, parse_ctx, seed_step
+from .training import AdamW, CheckpointManager, linear_warmup_decay, split_batch
 
 __all__ = ['parse_ctx', 'tokenizer_and_model_dir', 'load_data', 'build_model', 'train',
            'predict', 'evaluate', 'write_outputs', 'format_metrics', 'export_and_check']

@@ -1,8 +1,8 @@
-"""Training utilities shared by the scripts: contexts, AdamW, schedules, clipping, checkpoints.
+"""Training utilities shared by the jobs: AdamW, schedules, clipping, checkpoints.
 
 Everything a killed run needs to resume exactly is in a checkpoint: parameters, optimizer moments,
 the step counter and the script's configuration. ``mx.random`` has no state to save, so scripts
-reseed it from ``(seed, step)`` at every step (:func:`seed_step`).
+reseed it from ``(seed, step)`` at every step (:func:`~gluon_attention.tasks.common.seed_step`).
 """
 import hashlib
 import json
@@ -15,42 +15,9 @@ import mxnet as mx
 import numpy as onp
 
 from .. import _checks
+from .common import atomic_write_json
 
-__all__ = ['parse_ctx', 'set_threads', 'seed_step', 'AdamW', 'linear_warmup_decay',
-           'split_batch', 'CheckpointManager', 'atomic_write_json']
-
-
-def set_threads(threads):
-    """Set ``OMP_NUM_THREADS`` (call before importing mxnet for it to take effect).
-
-    MXNet 1.9.1 otherwise starts omp_get_num_procs()/2 threads, half the machine on these hosts.
-    """
-    threads = threads or os.cpu_count() or 1
-    os.environ['OMP_NUM_THREADS'] = str(threads)
-    return threads
-
-
-def parse_ctx(text):
-    """``'cpu'``, ``'gpu(0)'``, ``'gpu0'``, ``'cpu(0),cpu(1)'`` -> list of mx.Context.
-
-    Raises ValueError on an unknown device or a repeated context (MXNet's Trainer cannot reduce
-    over the same context twice: use ``cpu(0),cpu(1)``).
-    """
-    contexts = []
-    for item in text.replace(' ', '').split(','):
-        match = re.fullmatch(r'(cpu|gpu)(?:\(?(\d+)\)?)?', item)
-        if not match:
-            _checks.fail("ctx must look like 'cpu', 'gpu(0)' or 'cpu(0),cpu(1)'", ctx=text)
-        contexts.append(mx.Context(match.group(1), int(match.group(2) or 0)))
-    if len(set(contexts)) != len(contexts):
-        _checks.fail('ctx must not repeat a context', ctx=text)
-    return contexts
-
-
-def seed_step(seed, step):
-    """Reseed MXNet and return a NumPy generator for ``(seed, step)`` (deterministic resume)."""
-    mx.random.seed((seed * 1000003 + step) % (2 ** 31 - 1))
-    return onp.random.RandomState((seed * 7919 + step) % (2 ** 31 - 1))
+__all__ = ['AdamW', 'linear_warmup_decay', 'split_batch', 'CheckpointManager']
 
 
 def linear_warmup_decay(step, total_steps, base_lr, warmup_ratio):
@@ -148,16 +115,6 @@ class AdamW:
         for i, (m, v) in enumerate(zip(self.mean, self.var)):
             m[:] = mx.np.array(state['mean_%d' % i], ctx=m.ctx)
             v[:] = mx.np.array(state['var_%d' % i], ctx=v.ctx)
-
-
-def atomic_write_json(path, obj):
-    """Write JSON to ``path`` via a temporary file and ``os.replace`` (never a partial file)."""
-    tmp = '{}.tmp{}'.format(path, os.getpid())
-    with open(tmp, 'w', encoding='utf-8') as f:
-        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _sha256(path):

@@ -6,7 +6,8 @@ import numpy as onp
 import pytest
 from mxnet import autograd, gluon
 
-from gluon_attention.tasks.training import AdamW, linear_warmup_decay, parse_ctx
+from gluon_attention.tasks.common import parse_ctx
+from gluon_attention.tasks.training import AdamW, linear_warmup_decay
 
 
 def _reference_adamw(weight, grads, lr, wd, scale, steps, betas=(0.9, 0.999), eps=1e-6):
@@ -80,15 +81,15 @@ def test_linear_warmup_then_decay_to_zero():
 
 
 @pytest.mark.parametrize('text, expected', [
-    ('cpu', [mx.cpu(0)]), ('gpu(0)', [mx.gpu(0)]), ('gpu1', [mx.gpu(1)]),
-    ('cpu(0),cpu(1)', [mx.cpu(0), mx.cpu(1)])])
-def test_parse_ctx(text, expected):
+    ('cpu', [mx.cpu(0)]), ('gpu', [mx.gpu(0)]), ('gpu(1)', [mx.gpu(1)]), ('cpu(3)', [mx.cpu(3)]),
+    ('cpu(0),cpu(1)', [mx.cpu(0), mx.cpu(1)]), (' gpu(0), gpu(1) ', [mx.gpu(0), mx.gpu(1)])])
+def test_parse_ctx_accepts_the_one_grammar(text, expected):
     assert parse_ctx(text) == expected
 
 
-@pytest.mark.parametrize('text, message', [('tpu', 'ctx must look like'),
-                                           ('cpu,cpu', 'must not repeat')])
-def test_parse_ctx_errors(text, message):
-    with pytest.raises(ValueError, match=message) as info:
+@pytest.mark.parametrize('text', ['tpu', 'gpu0', 'cpu1', 'cpu(0', 'cpu0)', 'cpu()', '', 'cpu,',
+                                  'gpu(-1)', 'cpu,cpu', 'cpu(0),cpu'])
+def test_parse_ctx_rejects_every_other_form_naming_the_accepted_ones(text):
+    with pytest.raises(ValueError, match=r"'cpu', 'gpu', 'cpu\(N\)', 'gpu\(N\)'") as info:
         parse_ctx(text)
     assert 'Received: ctx=' in str(info.value)
