@@ -3,8 +3,6 @@
 Oracle parity (forward and gradients) in every hybridize mode, imperative == hybridized,
 export / SymbolBlock.imports round trip at a different batch size and length, properties.
 """
-import os
-import re
 
 import mxnet as mx
 import numpy as onp
@@ -12,6 +10,7 @@ import pytest
 from mxnet import np
 
 import reference as ref
+from block_utils import export_and_import, flat
 from conftest import HYBRID_TOL, hybridize_mode, tol
 from gluon_attention.core import cells
 
@@ -26,30 +25,11 @@ def _int(values):
     return np.array(onp.asarray(values), dtype='int32')
 
 
-def flat(out):
-    """Nested block outputs -> list of numpy arrays."""
-    if isinstance(out, (list, tuple)):
-        return [a for o in out for a in flat(o)]
-    return [out.asnumpy()]
-
-
 def param_by_shape(block, shape):
     """The unique parameter of ``block`` with ``shape`` (robust to child names)."""
     found = [p for p in block.collect_params().values() if p.shape == shape]
     assert len(found) == 1, (shape, [p.shape for p in block.collect_params().values()])
     return found[0]
-
-
-def export_and_import(block, args, tmp_path, name='block'):
-    """``block`` already hybridized and called: export, then SymbolBlock.imports."""
-    prefix = os.path.join(str(tmp_path), name)
-    block.export(prefix)
-    sym = mx.sym.load(prefix + '-symbol.json')
-    inputs = sorted([n for n in sym.list_inputs() if re.fullmatch(r'data\d*', n)],
-                    key=lambda n: int(n[4:] or 0))
-    assert len(inputs) == len(args), inputs
-    return mx.gluon.SymbolBlock.imports(prefix + '-symbol.json', inputs,
-                                        prefix + '-0000.params')
 
 
 # ----------------------------------------------------------------------------- DPA

@@ -1,0 +1,52 @@
+"""An empty batch, query or memory axis gives a finite empty (or zero) result of the right shape,
+never a raw MXNet error."""
+import numpy as onp
+import pytest
+from mxnet import np
+
+from block_utils import initialized, ints, rand
+from gluon_attention.core import cells, functional as fn, masking
+
+
+def _mha(*args):
+    return initialized(cells.MultiHeadAttention(6, 2))(*args)
+
+
+def _qkv(b=2, lq=3, lm=5):
+    return rand(b, lq, 4), rand(b, lm, 4), rand(b, lm, 6)
+
+
+# (id: function and empty axis, call, expected output shapes)
+EMPTY = [
+    ('masked_softmax-rows', lambda: fn.masked_softmax(rand(2, 0, 4), np.ones((2, 0, 4))),
+     [(2, 0, 4)]),
+    ('masked_softmax-axis', lambda: fn.masked_softmax(rand(2, 3, 0), np.ones((2, 3, 0))),
+     [(2, 3, 0)]),
+    ('DotProductAttention-L_q', lambda: cells.DotProductAttention()(*_qkv(lq=0)),
+     [(2, 0, 6), (2, 0, 5)]),
+    ('DotProductAttention-L_m', lambda: cells.DotProductAttention()(*_qkv(lm=0), ints([0, 0])),
+     [(2, 3, 6), (2, 3, 0)]),
+    ('DotProductAttention-B', lambda: cells.DotProductAttention()(*_qkv(b=0)),
+     [(0, 3, 6), (0, 3, 5)]),
+    ('AdditiveAttention-L_m', lambda: initialized(cells.AdditiveAttention(5))(
+        rand(2, 3, 4), rand(2, 0, 4), rand(2, 0, 4)), [(2, 3, 4), (2, 3, 0)]),
+    ('multi_head_dot_attn-L_m', lambda: fn.multi_head_dot_attn(
+        rand(2, 2, 3, 4), rand(2, 2, 0, 4), rand(2, 2, 0, 5))[0], [(2, 3, 10)]),
+    ('multi_head_dot_attn-L_q', lambda: fn.multi_head_dot_attn(
+        rand(2, 2, 0, 4), rand(2, 2, 5, 4), rand(2, 2, 5, 5))[0], [(2, 0, 10)]),
+    ('gen_self_attn_mask-T', lambda: masking.gen_self_attn_mask(rand(2, 0, 4), ints([0, 0])),
+     [(2, 0, 0)]),
+    ('MultiHeadAttention-B', lambda: _mha(rand(0, 3, 4), rand(0, 5, 4), rand(0, 5, 4)),
+     [(0, 3, 6), (0, 2, 3, 5)]),
+    ('MultiHeadAttention-L_m', lambda: _mha(rand(2, 3, 4), rand(2, 0, 4), rand(2, 0, 4)),
+     [(2, 3, 6), (2, 2, 3, 0)]),
+]
+
+
+@pytest.mark.parametrize('call,shapes', [c[1:] for c in EMPTY], ids=[c[0] for c in EMPTY])
+def test_empty_axis_gives_finite_result_of_right_shape(call, shapes):
+    out = call()
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    assert [o.shape for o in outs] == shapes
+    for o in outs:
+        assert onp.all(onp.isfinite(o.asnumpy()))

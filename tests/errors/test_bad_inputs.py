@@ -1,0 +1,378 @@
+"""Bad input across the public API: one table of (what is wrong, call, exception type, message
+fragments). Each call raises exactly that type (never a raw MXNetError), its message says
+``Received:`` and contains every fragment (usually the offending name=value).
+
+Calls that read or write files run in a fresh temporary working folder, so paths are relative.
+"""
+import json
+from pathlib import Path
+
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import np
+from mxnet.gluon import HybridBlock, nn
+
+from block_utils import initialized, ints, rand
+from gluon_attention.compat import attend as compat
+from gluon_attention.core import cells, functional as fn, masking
+from gluon_attention.data import snli, squad
+from gluon_attention.data.squad_decode import best_span, decode_predictions
+from gluon_attention.export import export_block, import_block
+from gluon_attention.models.encoder import BertEncoder
+from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
+from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
+from gluon_attention.tasks import common, training
+
+
+@mx.util.use_np
+class _Backbone(HybridBlock):
+    """(tokens, token_types, valid_length) -> (B, T, 6) embeddings for the QA head."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.word = nn.Embedding(20, 6)
+
+    def hybrid_forward(self, F, tokens, token_types, valid_length):
+        scale = F.np.expand_dims(F.np.expand_dims(valid_length.astype('float32'), -1), -1)
+        return self.word(tokens) + self.word(token_types) + 0.0 * scale
+
+
+def _qa():
+    return initialized(ModelForQAConditional(_Backbone(), units=4))
+
+
+def _mha(*args, hybridize=False):
+    block = initialized(cells.MultiHeadAttention(6, 2))
+    if hybridize:
+        block.hybridize(static_alloc=True)
+    return block(*args)
+
+
+def _mha_after_first_call(query):
+    block = initialized(cells.MultiHeadAttention(6, 2))
+    block(rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 4))
+    return block(query, rand(2, 5, 4), rand(2, 5, 4))
+
+
+def _bert():
+    return initialized(BertEncoder(vocab_size=10, units=8, hidden_size=8, num_layers=1,
+                                   num_heads=2))
+
+
+def _file(name, text):
+    Path(name).write_text(text, encoding='utf-8')
+    return name
+
+
+def _squad_json(answer_start=0, impossible=False):
+    qa = {'id': 'q1', 'question': 'What?', 'is_impossible': impossible,
+          'answers': [{'text': 'Alpha', 'answer_start': answer_start}]}
+    return json.dumps({'data': [{'title': 'T', 'paragraphs': [
+        {'context': 'Alpha beta gamma.', 'qas': [qa]}]}]})
+
+
+def _dpa(*args):
+    return cells.DotProductAttention()(*args)
+
+
+def _additive(*args):
+    return initialized(cells.AdditiveAttention(4))(*args)
+
+
+Q, K, V = rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 6)
+Q4, K4, V4 = rand(2, 3, 3, 4), rand(2, 3, 5, 4), rand(2, 3, 5, 6)
+S = rand(2, 3, 5)
+HUGE = np.zeros((1, 1, 70000, 1))                            # 70000 x 70000 scores: > 2**31
+EMB, PMASK = rand(2, 5, 6), np.array(onp.array([[1, 0, 1, 1, 0]] * 2), dtype='float32')
+LOGP, ANS = np.log(np.full((2, 5), 0.2)), np.log(np.full((2, 2), 0.5))
+BAD = [
+    # ------------------------------------------------------------ masked softmax
+    ('masked_softmax-mask-rank-below-scores',
+     lambda: fn.masked_softmax(Q, np.ones((2, 4), dtype=bool)), ValueError, ['(2, 4)']),
+    ('masked_softmax-mask-rank-above-scores',
+     lambda: fn.masked_softmax(S, np.ones((2, 1, 1, 5), dtype=bool)), ValueError,
+     ['(2, 3, 5)', 'mask.shape=(2, 1, 1, 5)']),
+    ('masked_softmax-mask-transposed', lambda: fn.masked_softmax(S, np.ones((2, 5, 3))),
+     ValueError, ['(2, 3, 5)', 'mask.shape=(2, 5, 3)']),
+    ('masked_softmax-mask-one-half', lambda: fn.masked_softmax(Q, np.full((2, 3, 4), 0.5)),
+     ValueError, ['0.5']),
+    ('masked_softmax-mask-additive-minus-inf',
+     lambda: fn.masked_softmax(Q, np.full((2, 3, 4), -onp.inf)), ValueError, ['-inf']),
+    ('masked_log_softmax-mask-two', lambda: fn.masked_log_softmax(Q, np.full((2, 3, 4), 2.0)),
+     ValueError, ['2.0']),
+    ('masked_softmax-mask-numpy-array', lambda: fn.masked_softmax(Q, onp.ones((2, 3, 4))),
+     TypeError, ['ndarray']),
+    ('masked_softmax-scores-int32', lambda: fn.masked_softmax(ints([[1, 2]])), TypeError,
+     ['int32']),
+    ('masked_softmax-scores-numpy-array', lambda: fn.masked_softmax(onp.zeros((2, 3))),
+     TypeError, ['ndarray']),
+    ('masked_softmax-axis-out-of-range', lambda: fn.masked_softmax(Q, axis=5), ValueError,
+     ['axis=5']),
+    ('masked_softmax-axis-float', lambda: fn.masked_softmax(Q, axis=1.5), TypeError, ['1.5']),
+    ('masked_log_softmax-axis-below-range', lambda: fn.masked_log_softmax(Q, axis=-4),
+     ValueError, ['-4']),
+    ('masked_softmax-temperature-zero', lambda: fn.masked_softmax(Q, temperature=0), ValueError,
+     ['temperature=0']),
+    ('masked_softmax-temperature-nan', lambda: fn.masked_softmax(Q, temperature=float('nan')),
+     ValueError, ['nan']),
+    ('masked_softmax-temperature-string', lambda: fn.masked_softmax(Q, temperature='hot'),
+     TypeError, ['hot']),
+    # ------------------------------------------------------------ multi_head_dot_attn, scores
+    ('multi_head_dot_attn-layout-unknown',
+     lambda: fn.multi_head_dot_attn(Q4, K4, V4, layout='NCHW'), ValueError, ['NCHW']),
+    ('multi_head_dot_attn-batch-mismatch',
+     lambda: fn.multi_head_dot_attn(Q4, rand(3, 3, 5, 4), rand(3, 3, 5, 6)), ValueError,
+     ['(3, 3, 5, 4)']),
+    ('multi_head_dot_attn-query-rank-3', lambda: fn.multi_head_dot_attn(Q, K, V), ValueError,
+     ['(2, 3, 4)']),
+    ('multi_head_dot_attn-mask-rank-4',
+     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 1, 3, 5))), ValueError,
+     ['(2, 1, 3, 5)']),
+    ('multi_head_dot_attn-mask-wrong-key-length',
+     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 3, 4))), ValueError, ['(2, 3, 4)']),
+    ('multi_head_dot_attn-mask-one-half',
+     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.full((2, 3, 5), 0.5)), ValueError, ['0.5']),
+    ('multi_head_dot_attn-edge-scores-wrong-shape',
+     lambda: fn.multi_head_dot_attn(Q4, K4, V4, None, rand(2, 3, 3, 4)), ValueError,
+     ['(2, 3, 3, 4)']),
+    ('multi_head_dot_attn-dropout-one', lambda: fn.multi_head_dot_attn(Q4, K4, V4, dropout=1.0),
+     ValueError, ['1.0']),
+    ('multi_head_dot_attn-scaled-with-empty-key-features',
+     lambda: fn.multi_head_dot_attn(Q4[..., :0], K4[..., :0], V4), ValueError, ['=0']),
+    ('multi_head_dot_attn-scores-beyond-int32',
+     lambda: fn.multi_head_dot_attn(HUGE, HUGE, HUGE), ValueError, ['num_elements=4900000000']),
+    ('dot_attn_score-layout-unknown', lambda: fn.dot_attn_score(Q, K, layout='NCT'),
+     ValueError, ['NCT']),
+    ('dot_attn_score-batch-mismatch', lambda: fn.dot_attn_score(Q, rand(3, 5, 4)), ValueError,
+     ['(3, 5, 4)']),
+    ('dot_attn_score-feature-mismatch', lambda: fn.dot_attn_score(Q, rand(2, 5, 3)),
+     ValueError, ['(2, 5, 3)']),
+    ('dot_attn_score-tn-query-rank-4',
+     lambda: fn.dot_attn_score(rand(3, 2, 2, 4), rand(5, 2, 2, 4), layout='TN'), ValueError,
+     ['(3, 2, 2, 4)']),
+    ('select_vectors_by_position-batch-mismatch',
+     lambda: fn.select_vectors_by_position(Q, ints([[0, 3]])), ValueError, ['(1, 2)']),
+    ('select_vectors_by_position-position-out-of-range',
+     lambda: fn.select_vectors_by_position(Q, ints([[0, 3], [1, 1]])), ValueError,
+     ['[[0, 3], [1, 1]]']),
+    ('select_vectors_by_position-positions-rank-1',
+     lambda: fn.select_vectors_by_position(Q, ints([0, 1])), ValueError, ['(2,)']),
+    # ------------------------------------------------------------ mask builders
+    ('gen_self_attn_mask-layout-unknown', lambda: masking.gen_self_attn_mask(Q, layout='NTC'),
+     ValueError, ['NTC']),
+    ('gen_self_attn_mask-attn_type-unknown',
+     lambda: masking.gen_self_attn_mask(Q, attn_type='banana'), ValueError, ['banana']),
+    ('gen_self_attn_mask-valid_length-above-length',
+     lambda: masking.gen_self_attn_mask(Q, ints([4, 1])), ValueError, ['[4, 1]']),
+    ('gen_self_attn_mask-valid_length-numpy-array',
+     lambda: masking.gen_self_attn_mask(Q, onp.array([1, 2])), TypeError, ['ndarray']),
+    ('gen_self_attn_mask-valid_length-batch-mismatch',
+     lambda: masking.gen_self_attn_mask(Q, ints([1, 2, 3])), ValueError, ['(3,)']),
+    ('gen_mem_attn_mask-layout-unknown',
+     lambda: masking.gen_mem_attn_mask(K, ints([5, 5]), Q, layout='XY'), ValueError, ['XY']),
+    ('gen_mem_attn_mask-mem_valid_length-above-length',
+     lambda: masking.gen_mem_attn_mask(K, ints([6, 1]), Q), ValueError, ['[6, 1]']),
+    ('gen_mem_attn_mask-data_valid_length-above-length',
+     lambda: masking.gen_mem_attn_mask(K, ints([5, 1]), Q, ints([1, 4])), ValueError,
+     ['[1, 4]']),
+    # ------------------------------------------------------------ attention blocks
+    ('DotProductAttention-batch-mismatch', lambda: _dpa(Q, rand(3, 5, 4), rand(3, 5, 6)),
+     ValueError, ['(3, 5, 4)']),
+    ('DotProductAttention-key-value-length-mismatch', lambda: _dpa(Q, K, rand(2, 4, 6)),
+     ValueError, ['(2, 4, 6)']),
+    ('DotProductAttention-feature-mismatch', lambda: _dpa(Q, rand(2, 5, 3), V), ValueError,
+     ['(2, 5, 3)']),
+    ('DotProductAttention-query-rank-4', lambda: _dpa(Q4, K4, V4), ValueError,
+     ['(2, 3, 3, 4)']),
+    ('DotProductAttention-valid_length-batch-mismatch', lambda: _dpa(Q, K, V, ints([5, 5, 5])),
+     ValueError, ['(3,)']),
+    ('DotProductAttention-valid_length-rank-3',
+     lambda: _dpa(Q, K, V, ints(onp.ones((2, 3, 1)))), ValueError, ['(2, 3, 1)']),
+    ('DotProductAttention-valid_length-above-length', lambda: _dpa(Q, K, V, ints([6, 1])),
+     ValueError, ['[6, 1]']),
+    ('DotProductAttention-valid_length-negative', lambda: _dpa(Q, K, V, ints([-1, 1])),
+     ValueError, ['[-1, 1]']),
+    ('DotProductAttention-valid_length-fractional',
+     lambda: _dpa(Q, K, V, np.array([2.5, 1.0])), ValueError, ['2.5']),
+    ('DotProductAttention-valid_length-bool',
+     lambda: _dpa(Q, K, V, np.ones((2,), dtype=bool)), TypeError, ['bool']),
+    ('DotProductAttention-scores-beyond-int32', lambda: _dpa(HUGE[0], HUGE[0], HUGE[0]),
+     ValueError, ['4900000000']),
+    ('DotProductAttention-dropout-one', lambda: cells.DotProductAttention(dropout=1.0),
+     ValueError, ['1.0']),
+    ('DotProductAttention-dropout-negative', lambda: cells.DotProductAttention(dropout=-0.1),
+     ValueError, ['-0.1']),
+    ('DotProductAttention-scaled-string', lambda: cells.DotProductAttention(scaled='yes'),
+     TypeError, ["'yes'"]),
+    ('AdditiveAttention-units-zero', lambda: cells.AdditiveAttention(0), ValueError,
+     ['units=0']),
+    ('AdditiveAttention-dropout-above-one', lambda: cells.AdditiveAttention(4, dropout=1.5),
+     ValueError, ['1.5']),
+    ('AdditiveAttention-batch-mismatch', lambda: _additive(Q, rand(3, 5, 4), rand(3, 5, 6)),
+     ValueError, ['(3, 5, 4)']),
+    ('AdditiveAttention-valid_length-above-length', lambda: _additive(Q, K, V, ints([6, 1])),
+     ValueError, ['[6, 1]']),
+    ('MultiHeadAttentionCell-layout-unknown',
+     lambda: cells.MultiHeadAttentionCell(layout='NCHW'), ValueError, ['NCHW']),
+    ('MultiHeadAttentionCell-units-not-divisible-by-heads',
+     lambda: cells.MultiHeadAttentionCell(query_units=10, num_heads=3), ValueError, ['10']),
+    ('MultiHeadAttentionCell-query_units-without-num_heads',
+     lambda: cells.MultiHeadAttentionCell(query_units=12), ValueError, ['num_heads=None']),
+    ('MultiHeadAttentionCell-num_heads-zero',
+     lambda: cells.MultiHeadAttentionCell(query_units=12, num_heads=0), ValueError,
+     ['num_heads=0']),
+    ('MultiHeadAttentionCell-attention_dropout-one',
+     lambda: cells.MultiHeadAttentionCell(attention_dropout=1.0), ValueError, ['1.0']),
+    ('MultiHeadAttentionCell-use_einsum-int', lambda: cells.MultiHeadAttentionCell(use_einsum=1),
+     TypeError, ['1']),
+    ('MultiHeadAttentionCell-mask-rank-2', lambda: cells.MultiHeadAttentionCell(layout='NKT')(
+        Q4, K4, V4, np.ones((2, 5)), None), ValueError, ['(2, 5)']),
+    ('MultiHeadAttention-units-not-divisible-by-heads', lambda: cells.MultiHeadAttention(10, 3),
+     ValueError, ['10']),
+    ('MultiHeadAttention-units-zero', lambda: cells.MultiHeadAttention(0, 3), ValueError, ['0']),
+    ('MultiHeadAttention-dropout-one', lambda: cells.MultiHeadAttention(6, 2, dropout=1.0),
+     ValueError, ['dropout=1.0']),
+    ('MultiHeadAttention-dropout-two', lambda: cells.MultiHeadAttention(6, 2, dropout=2),
+     ValueError, ['2']),
+    ('MultiHeadAttention-batch-mismatch', lambda: _mha(Q, rand(3, 5, 4), rand(3, 5, 6)),
+     ValueError, ['(3, 5, 4)']),
+    ('MultiHeadAttention-hybridized-batch-mismatch',
+     lambda: _mha(Q, rand(3, 5, 4), rand(3, 5, 4), hybridize=True), ValueError, ['(3, 5, 4)']),
+    ('MultiHeadAttention-valid_length-above-length', lambda: _mha(Q, K, V, ints([1, 9])),
+     ValueError, ['[1, 9]']),
+    ('MultiHeadAttention-query-float64', lambda: _mha(Q.astype('float64'), K, K), TypeError,
+     ['float64']),
+    ('MultiHeadAttention-feature-size-changed', lambda: _mha_after_first_call(rand(2, 3, 5)),
+     ValueError, ['(2, 3, 5)']),
+    # ------------------------------------------------------------ compat attend
+    ('attend-batch-mismatch', lambda: compat.attend(Q, rand(3, 5, 4)), ValueError,
+     ['(3, 5, 4)']),
+    ('attend-dot-feature-mismatch', lambda: compat.attend(Q, rand(2, 5, 3)), ValueError,
+     ['(2, 5, 3)']),
+    ('attend-normalize-unknown', lambda: compat.attend(Q, K, normalize='relu'), ValueError,
+     ['relu']),
+    ('attend-score-unknown', lambda: compat.attend(Q, K, score='cosine'), ValueError,
+     ['cosine']),
+    ('attend-context_sizes-batch-mismatch', lambda: compat.attend(Q, K, context_sizes=[1, 2, 3]),
+     ValueError, ['[1, 2, 3]']),
+    ('attend-context_sizes-fractional', lambda: compat.attend(Q, K, context_sizes=[1.5, 2]),
+     TypeError, ['1.5']),
+    ('mask3d-sizes-not-a-list', lambda: compat.mask3d(V, 3), TypeError, ['3']),
+    ('mask3d-sizes-negative', lambda: compat.mask3d(V, [2, -1]), TypeError, ['-1']),
+    ('fill_context_mask-mask-rank-2',
+     lambda: compat.fill_context_mask(np.zeros((2, 3)), [1, 2], 0, 1), ValueError, ['(2, 3)']),
+    ('dot-rank-2', lambda: compat.dot(rand(2, 3), rand(2, 3)), ValueError, ['(2, 3)']),
+    # ------------------------------------------------------------ encoder
+    ('BertEncoder-no-positions',
+     lambda: _bert()(ints(onp.zeros((2, 0))), ints(onp.zeros((2, 0))), ints([0, 0])),
+     ValueError, ['(2, 0)']),
+    ('BertEncoder.from_pretrained-ctx-string', lambda: BertEncoder.from_pretrained(None, 'cpu'),
+     TypeError, ["'cpu'"]),
+    ('BertEncoder.from_pretrained-path-int', lambda: BertEncoder.from_pretrained(42), TypeError,
+     ['int']),
+    # ------------------------------------------------------------ QA head
+    ('ModelForQAConditional-units-zero', lambda: ModelForQAConditional(_Backbone(), units=0),
+     ValueError, ['units=0']),
+    ('ModelForQAConditional-dropout-one',
+     lambda: ModelForQAConditional(_Backbone(), dropout=1.0), ValueError, ['1.0']),
+    ('QAInference-start_top_n-zero', lambda: QAInference(_qa(), start_top_n=0), ValueError,
+     ['start_top_n=0']),
+    ('QA-p_mask-wrong-length', lambda: _qa().get_start_logits(EMB, np.ones((2, 6))),
+     ValueError, ['(2, 6)']),
+    ('QA-p_mask-rank-1', lambda: _qa().get_answerable_logits(EMB, np.ones((5,))), ValueError,
+     ['(5,)']),
+    ('QA-p_mask-two', lambda: _qa().get_start_logits(EMB, np.full((2, 5), 2.0)), ValueError,
+     ['2.0']),
+    ('QA-start-position-out-of-range',
+     lambda: _qa().get_end_logits(EMB, ints([[5], [0]]), PMASK), ValueError, ['5']),
+    ('qa_loss-start_position-out-of-range',
+     lambda: qa_loss(LOGP, LOGP, ANS, ints([5, 0]), ints([0, 0]), ints([0, 0])), ValueError,
+     ['start_position']),
+    ('qa_loss-end_position-negative',
+     lambda: qa_loss(LOGP, LOGP, ANS, ints([1, 0]), ints([-1, 0]), ints([0, 0])), ValueError,
+     ['end_position']),
+    ('qa_loss-is_impossible-two',
+     lambda: qa_loss(LOGP, LOGP, ANS, ints([1, 0]), ints([1, 0]), ints([2, 0])), ValueError,
+     ['is_impossible']),
+    ('qa_loss-batch-mismatch',
+     lambda: qa_loss(LOGP, LOGP, ANS, ints([1, 0, 0]), ints([1, 0]), ints([0, 0])), ValueError,
+     ['start_position']),
+    # ------------------------------------------------------------ NLI blocks
+    ('Attend-num_hiddens-zero', lambda: Attend(0), ValueError, ['num_hiddens=0']),
+    ('Attend-dropout-one', lambda: Attend(4, dropout=1.0), ValueError, ['1.0']),
+    ('Compare-num_hiddens-fractional', lambda: Compare(2.5), ValueError, ['2.5']),
+    ('Aggregate-num_outputs-zero', lambda: Aggregate(4, 0), ValueError, ['num_outputs=0']),
+    ('DecomposableAttention-vocab_size-zero', lambda: DecomposableAttention(0), ValueError,
+     ['vocab_size=0']),
+    ('Attend-batch-mismatch', lambda: initialized(Attend(4))(
+        Q, rand(3, 5, 4), ints([3, 3]), ints([5, 5, 5])), ValueError, ['(3, 5, 4)']),
+    ('Attend-valid_length-above-length',
+     lambda: initialized(Attend(4))(Q, K, ints([4, 3]), ints([5, 5])), ValueError, ['[4, 3]']),
+    ('Attend-valid_length-missing',
+     lambda: initialized(Attend(4))(Q, K, None, ints([5, 5])), TypeError, ['None']),
+    ('DecomposableAttention-valid_length-rank-2',
+     lambda: initialized(DecomposableAttention(9, 4, 4))(
+         ints([[1, 2]]), ints([[1, 2, 3]]), ints([[2]]), ints([3])), ValueError, ['(1, 1)']),
+    # ------------------------------------------------------------ data readers and decoding
+    ('read_squad-missing-file', lambda: squad.read_squad('nope.json'), ValueError,
+     ['nope.json']),
+    ('read_squad-invalid-json', lambda: squad.read_squad(_file('bad.json', '{"data": [')),
+     ValueError, ['error=']),
+    ('read_squad-question-without-text', lambda: squad.read_squad(_file('nokey.json', json.dumps(
+        {'data': [{'title': 'T', 'paragraphs': [{'context': 'c', 'qas': [{'id': 'x'}]}]}]}))),
+     ValueError, ['keys=']),
+    ('read_squad-answer_start-off-text',
+     lambda: squad.read_squad(_file('offset.json', _squad_json(3))), ValueError,
+     ['answer_start=3']),
+    ('read_squad-impossible-with-answer',
+     lambda: squad.read_squad(_file('imp.json', _squad_json(0, impossible=True))), ValueError,
+     ['is_impossible=True']),
+    ('default_data_path-unknown-name', lambda: squad.default_data_path('nope'), ValueError,
+     ["'nope'"]),
+    ('batchify-no-features', lambda: squad.batchify([]), ValueError, ['num_features=0']),
+    ('read_snli_jsonl-unknown-label', lambda: snli.read_snli_jsonl(_file('l.jsonl', json.dumps(
+        {'gold_label': 'maybe', 'sentence1': 'a', 'sentence2': 'b'}) + '\n')), ValueError,
+     ["'maybe'", 'l.jsonl:1']),
+    ('read_snli_jsonl-malformed-line',
+     lambda: snli.read_snli_jsonl(_file('m.jsonl', '{"gold_label": \n')), ValueError,
+     ['line 1 of']),
+    ('read_snli_lines-missing-files', lambda: snli.read_snli_lines('dev'), ValueError,
+     ['s1.dev']),
+    ('best_span-max_answer_length-zero', lambda: best_span([0, 1], [0, 1], max_answer_length=0),
+     ValueError, ['max_answer_length=0']),
+    ('best_span-lengths-differ', lambda: best_span([0, 1, 2], [0, 1]), ValueError, ['(3,)']),
+    ('decode_predictions-result-count', lambda: decode_predictions([], [], [None]), ValueError,
+     ['num_results=1']),
+    # ------------------------------------------------------------ jobs: context, checkpoints, export
+    ('parse_ctx-unknown-device', lambda: common.parse_ctx('tpu0'), ValueError, ["'tpu0'"]),
+    ('parse_ctx-repeated-context', lambda: common.parse_ctx('cpu,cpu'), ValueError,
+     ["'cpu,cpu'"]),
+    ('CheckpointManager-keep-zero', lambda: training.CheckpointManager('.', keep=0), ValueError,
+     ['keep=0']),
+    ('import_block-missing-files', lambda: import_block('none'), ValueError, ['none']),
+    ('export_block-names-and-dtypes-differ',
+     lambda: export_block(cells.DotProductAttention(), 'x', ['a', 'b'], ['float32']),
+     ValueError, ["['a', 'b']"]),
+]
+
+
+@pytest.mark.parametrize('call,kind,fragments', [row[1:] for row in BAD],
+                         ids=[row[0] for row in BAD])
+def test_bad_input_raises_with_received(call, kind, fragments, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception) as err:
+        out = call()
+        mx.nd.waitall()
+        del out
+    message = str(err.value)
+    assert type(err.value) is kind, message
+    assert 'Received:' in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_bad_input_ids_are_unique():
+    ids = [row[0] for row in BAD]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
