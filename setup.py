@@ -24,15 +24,21 @@ setup(
     package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'core/csrc/*',
                                      'core/_lib/*.so']},
     include_package_data=True,
+    # Ranges here; the exact versions of a tested environment are in constraints.txt (make venv
+    # installs with PIP_CONSTRAINT pointing at it). MXNet is deliberately not a requirement: the
+    # CPU wheel (mxnet) and the CUDA wheels (mxnet-cu112, ...) are different distributions, and
+    # requiring one would make pip install it over the other. Install the one you need first
+    # (make venv: MXNET_PKG), or take the CPU wheel with the [cpu] extra.
     install_requires=[
-        'mxnet==1.9.1',
-        'numpy==1.23.5',
-        'tokenizers==0.23.3',
-        'safetensors==0.8.0',
-        'tqdm==4.70.1',
-        'matplotlib==3.10.9',
+        'numpy>=1.21,<1.24',          # MXNet 1.9.1 uses aliases that NumPy 1.24 removed
+        'tokenizers>=0.13,<1',
+        'safetensors>=0.3,<1',
+        'tqdm>=4.42,<5',
     ],
     extras_require={
-        'test': ['pytest==9.2.0', 'hypothesis==6.170.17', 'gluonnlp==0.10.0'],
+        'cpu': ['mxnet==1.9.1'],
+        'plots': ['matplotlib>=3.5,<4'],
+        'onnx': ['onnx==1.13.1', 'protobuf==3.20.3', 'onnxruntime==1.26.0'],
+        'test': ['pytest>=7,<10', 'hypothesis>=6,<7', 'gluonnlp>=0.10,<0.11'],
     },
 )
