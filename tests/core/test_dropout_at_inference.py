@@ -4,13 +4,13 @@ import mxnet as mx
 import pytest
 
 from block_utils import check_dropout_is_identity_at_inference, ints, rand
-from gluon_attention.core import cells
+import gluon_attention as ga
 
 BLOCKS = {
-    'DotProductAttention': lambda: cells.DotProductAttention(dropout=0.5),
-    'AdditiveAttention': lambda: cells.AdditiveAttention(6, dropout=0.5),
-    'MultiHeadAttention': lambda: cells.MultiHeadAttention(8, 2, dropout=0.5),
-    'MultiHeadAttentionCell': lambda: cells.MultiHeadAttentionCell(attention_dropout=0.5,
+    'DotProductAttention': lambda: ga.DotProductAttention(dropout=0.5),
+    'AdditiveAttention': lambda: ga.AdditiveAttention(6, dropout=0.5),
+    'MultiHeadAttention': lambda: ga.MultiHeadAttention(8, 2, dropout=0.5),
+    'MultiHeadAttentionCell': lambda: ga.MultiHeadAttentionCell(attention_dropout=0.5,
                                                                    layout='NKT'),
 }
 

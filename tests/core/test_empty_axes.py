@@ -5,11 +5,11 @@ import pytest
 from mxnet import np
 
 from block_utils import initialized, ints, rand
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 
 
 def _mha(*args):
-    return initialized(cells.MultiHeadAttention(6, 2))(*args)
+    return initialized(ga.MultiHeadAttention(6, 2))(*args)
 
 
 def _qkv(b=2, lq=3, lm=5):
@@ -18,23 +18,23 @@ def _qkv(b=2, lq=3, lm=5):
 
 # (id: function and empty axis, call, expected output shapes)
 EMPTY = [
-    ('masked_softmax-rows', lambda: fn.masked_softmax(rand(2, 0, 4), np.ones((2, 0, 4))),
+    ('masked_softmax-rows', lambda: ga.masked_softmax(rand(2, 0, 4), np.ones((2, 0, 4))),
      [(2, 0, 4)]),
-    ('masked_softmax-axis', lambda: fn.masked_softmax(rand(2, 3, 0), np.ones((2, 3, 0))),
+    ('masked_softmax-axis', lambda: ga.masked_softmax(rand(2, 3, 0), np.ones((2, 3, 0))),
      [(2, 3, 0)]),
-    ('DotProductAttention-L_q', lambda: cells.DotProductAttention()(*_qkv(lq=0)),
+    ('DotProductAttention-L_q', lambda: ga.DotProductAttention()(*_qkv(lq=0)),
      [(2, 0, 6), (2, 0, 5)]),
-    ('DotProductAttention-L_m', lambda: cells.DotProductAttention()(*_qkv(lm=0), ints([0, 0])),
+    ('DotProductAttention-L_m', lambda: ga.DotProductAttention()(*_qkv(lm=0), ints([0, 0])),
      [(2, 3, 6), (2, 3, 0)]),
-    ('DotProductAttention-B', lambda: cells.DotProductAttention()(*_qkv(b=0)),
+    ('DotProductAttention-B', lambda: ga.DotProductAttention()(*_qkv(b=0)),
      [(0, 3, 6), (0, 3, 5)]),
-    ('AdditiveAttention-L_m', lambda: initialized(cells.AdditiveAttention(5))(
+    ('AdditiveAttention-L_m', lambda: initialized(ga.AdditiveAttention(5))(
         rand(2, 3, 4), rand(2, 0, 4), rand(2, 0, 4)), [(2, 3, 4), (2, 3, 0)]),
-    ('multi_head_dot_attn-L_m', lambda: fn.multi_head_dot_attn(
+    ('multi_head_dot_attn-L_m', lambda: ga.multi_head_dot_attn(
         rand(2, 2, 3, 4), rand(2, 2, 0, 4), rand(2, 2, 0, 5))[0], [(2, 3, 10)]),
-    ('multi_head_dot_attn-L_q', lambda: fn.multi_head_dot_attn(
+    ('multi_head_dot_attn-L_q', lambda: ga.multi_head_dot_attn(
         rand(2, 2, 0, 4), rand(2, 2, 5, 4), rand(2, 2, 5, 5))[0], [(2, 0, 10)]),
-    ('gen_self_attn_mask-T', lambda: masking.gen_self_attn_mask(rand(2, 0, 4), ints([0, 0])),
+    ('gen_self_attn_mask-T', lambda: ga.gen_self_attn_mask(rand(2, 0, 4), ints([0, 0])),
      [(2, 0, 0)]),
     ('MultiHeadAttention-B', lambda: _mha(rand(0, 3, 4), rand(0, 5, 4), rand(0, 5, 4)),
      [(0, 3, 6), (0, 2, 3, 5)]),

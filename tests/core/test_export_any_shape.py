@@ -7,11 +7,11 @@ from mxnet import np
 
 from block_utils import export_and_import, flat, ints, rand
 from conftest import HYBRID_TOL, requires_gpu
-from gluon_attention.core import cells
+import gluon_attention as ga
 
-BLOCKS = {'DotProductAttention': lambda: cells.DotProductAttention(),
-          'AdditiveAttention': lambda: cells.AdditiveAttention(4),
-          'MultiHeadAttention': lambda: cells.MultiHeadAttention(6, 2)}
+BLOCKS = {'DotProductAttention': lambda: ga.DotProductAttention(),
+          'AdditiveAttention': lambda: ga.AdditiveAttention(4),
+          'MultiHeadAttention': lambda: ga.MultiHeadAttention(6, 2)}
 
 
 def _self_attention_args(b, t, c=6):
@@ -38,7 +38,7 @@ def test_exported_graph_runs_other_batch_sizes_and_lengths(name, tmp_path):
 
 
 def _hybridized_mha():
-    block = cells.MultiHeadAttention(16, 4)
+    block = ga.MultiHeadAttention(16, 4)
     block.initialize()
     block.hybridize()
     return block, (rand(2, 4, 16), rand(2, 4, 16), rand(2, 4, 16), ints([4, 2]))

@@ -8,7 +8,7 @@ from mxnet import autograd, np
 import reference as ref
 from block_utils import F16_TOL, check_float16_matches_float32
 from conftest import requires_gpu, tol
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 
 
 def _padded_rows_mask():
@@ -22,7 +22,7 @@ def test_float16_masked_softmax_matches_oracle_on_cpu():
     """Scores of scale 100: no NaN, masked weights exactly 0, close to the float64 oracle."""
     scores = np.array(onp.random.normal(scale=100, size=(2, 4, 6)), dtype='float16')
     mask = _padded_rows_mask()
-    out = fn.masked_softmax(scores, np.array(mask, dtype=bool)).asnumpy()
+    out = ga.masked_softmax(scores, np.array(mask, dtype=bool)).asnumpy()
     assert out.dtype == onp.float16 and onp.isfinite(out).all()
     assert onp.all(out[~mask] == 0) and onp.all(out[1, 3] == 0)
     onp.testing.assert_allclose(out, ref.masked_softmax(scores, mask), **tol('float16'))
@@ -32,7 +32,7 @@ def test_float16_masked_softmax_matches_oracle_on_cpu():
 def test_float16_masked_softmax_matches_oracle_on_gpu():
     scores = onp.random.normal(scale=100, size=(2, 4, 6)).astype('float16')
     mask = _padded_rows_mask()
-    out = fn.masked_softmax(np.array(scores, ctx=mx.gpu()), np.array(mask, ctx=mx.gpu()))
+    out = ga.masked_softmax(np.array(scores, ctx=mx.gpu()), np.array(mask, ctx=mx.gpu()))
     assert onp.isfinite(out.asnumpy()).all()
     onp.testing.assert_allclose(out.asnumpy(), ref.masked_softmax(scores, mask), **tol('float16'))
 
@@ -46,13 +46,13 @@ def test_float16_masked_softmax_scores_1e4_has_finite_gradients():
     x = np.array(scores, dtype='float16')
     x.attach_grad()
     with autograd.record():
-        w = fn.masked_softmax(x, np.array(mask))
+        w = ga.masked_softmax(x, np.array(mask))
         (w * np.arange(6).astype('float16')).sum().backward()
     w = w.asnumpy()
     assert w.dtype == onp.float16 and onp.all(onp.isfinite(w))
     assert onp.all(w[~mask] == 0) and onp.all(w[1, 3] == 0)
     assert onp.all(onp.isfinite(x.grad.asnumpy()))
-    expected = fn.masked_softmax(np.array(scores.astype('float32')), np.array(mask)).asnumpy()
+    expected = ga.masked_softmax(np.array(scores.astype('float32')), np.array(mask)).asnumpy()
     onp.testing.assert_allclose(w.astype('float32'), expected, **F16_TOL)
 
 
@@ -69,9 +69,9 @@ def test_float16_blocks_fully_masked_and_large_scores(name):
     rng = onp.random.RandomState(0)
     q, k, v = _large_inputs(rng, 2, 3, 5, 8, 4, big=name == 'dot')
     valid_length = onp.array([0, 3], 'int32')                 # sample 0: every row fully masked
-    block = {'dot': lambda: cells.DotProductAttention(),
-             'additive': lambda: cells.AdditiveAttention(6),
-             'multihead': lambda: cells.MultiHeadAttention(8, 2)}[name]()
+    block = {'dot': lambda: ga.DotProductAttention(),
+             'additive': lambda: ga.AdditiveAttention(6),
+             'multihead': lambda: ga.MultiHeadAttention(8, 2)}[name]()
     block.initialize(mx.init.Normal(0.3))
     context = check_float16_matches_float32(block, [q, k, v, valid_length])[0]
     assert onp.all(context[0] == 0)
@@ -83,7 +83,7 @@ def test_float16_cell_causal_with_left_padding(layout):
     only padding, so they are fully masked; scores reach 1e4."""
     rng = onp.random.RandomState(1)
     b, heads, length, c = 2, 2, 6, 4
-    causal = masking.gen_self_attn_mask(np.zeros((b, length, 1)), attn_type='causal').asnumpy()
+    causal = ga.gen_self_attn_mask(np.zeros((b, length, 1)), attn_type='causal').asnumpy()
     pad = onp.ones((b, 1, length), bool)
     pad[1, 0, :3] = False                                      # sample 1: 3 left-padded tokens
     mask = (causal & pad).astype('float32')
@@ -92,4 +92,4 @@ def test_float16_cell_causal_with_left_padding(layout):
              'TNK': (length, b, heads, c)}[layout]
     q, k, v = [onp.asarray(rng.normal(size=shape) * s, 'float16').astype('float32')
                for s in (40.0, 40.0, 1.0)]
-    check_float16_matches_float32(cells.MultiHeadAttentionCell(layout=layout), [q, k, v, mask])
+    check_float16_matches_float32(ga.MultiHeadAttentionCell(layout=layout), [q, k, v, mask])

@@ -6,7 +6,7 @@ import pytest
 
 from block_utils import forward_backward, ints, rand
 from conftest import HYBRID_MODES, HYBRID_TOL, hybridize_mode
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 
 
 def _all_finite(arrays):
@@ -30,14 +30,14 @@ def test_fully_masked_rows_are_zero_in_dot_product_and_multi_head_cell(mode):
     query rows 1-2 of sample 1; the multi-head cell (NTK) takes the library's memory masks."""
     q, kv = rand(2, 3, 8), rand(2, 4, 8)
     for lengths, empty in [([4, 0], (1, slice(None))), ([[4, 4, 4], [4, 0, 0]], (1, slice(1, 3)))]:
-        ctx, weights = _imperative_and(mode, cells.DotProductAttention, q, kv, kv, ints(lengths))
+        ctx, weights = _imperative_and(mode, ga.DotProductAttention, q, kv, kv, ints(lengths))
         assert onp.all(weights[empty] == 0) and onp.all(ctx[empty] == 0)
     qh, kvh = rand(2, 3, 2, 4), rand(2, 4, 2, 4)
-    masks = [masking.gen_mem_attn_mask(kv, ints([4, 0]), q),
-             masking.gen_mem_attn_mask(kv, ints([4, 4]), q, ints([3, 1]))]
+    masks = [ga.gen_mem_attn_mask(kv, ints([4, 0]), q),
+             ga.gen_mem_attn_mask(kv, ints([4, 4]), q, ints([3, 1]))]
     for mask, (batch, rows) in zip(masks, [(1, slice(None)), (1, slice(1, 3))]):
         ctx, _, weights = _imperative_and(
-            mode, lambda: cells.MultiHeadAttentionCell(8, 2, layout='NTK'), qh, kvh, kvh, mask)
+            mode, lambda: ga.MultiHeadAttentionCell(8, 2, layout='NTK'), qh, kvh, kvh, mask)
         assert onp.all(weights[batch, :, rows] == 0)
         assert onp.all(ctx[batch, rows] == 0)
 
@@ -47,10 +47,10 @@ def test_valid_length_zero_gives_zero_weights_and_context():
     with the last column exactly 0; dot-product and additive attention give sample 0 a zero
     context; gradients finite."""
     scores = rand(2, 2, 4)
-    mask = mx.np.expand_dims(masking.valid_length_to_mask(scores, ints([0, 3]), axis=2), 1)
+    mask = mx.np.expand_dims(ga.valid_length_to_mask(scores, ints([0, 3]), axis=2), 1)
     scores.attach_grad()
     with mx.autograd.record():
-        w = fn.masked_softmax(scores, mask)
+        w = ga.masked_softmax(scores, mask)
     w.backward()
     w = w.asnumpy()
     assert onp.all(w[0] == 0)
@@ -58,9 +58,9 @@ def test_valid_length_zero_gives_zero_weights_and_context():
     assert onp.all(w[1, :, 3] == 0)
     assert onp.isfinite(scores.grad.asnumpy()).all()
     q, k, v = rand(2, 2, 3), rand(2, 4, 3), rand(2, 4, 5)
-    additive = cells.AdditiveAttention(4)
+    additive = ga.AdditiveAttention(4)
     additive.initialize()
-    for block in (cells.DotProductAttention(), additive):
+    for block in (ga.DotProductAttention(), additive):
         outs, grads = forward_backward(block, q, k, v, ints([0, 3]))
         assert onp.all(outs[0][0] == 0) and onp.all(outs[1][0] == 0)
         assert _all_finite(outs + grads)

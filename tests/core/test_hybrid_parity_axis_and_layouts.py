@@ -7,7 +7,7 @@ from mxnet import np
 
 from block_utils import forward_backward, rand
 from conftest import hybridize_mode
-from gluon_attention.core import cells, functional as fn
+import gluon_attention as ga
 
 SHAPES = {'NKT': (2, 3, 4, 5), 'NTK': (2, 4, 3, 5), 'TNK': (4, 2, 3, 5)}
 
@@ -15,7 +15,7 @@ SHAPES = {'NKT': (2, 3, 4, 5), 'NTK': (2, 4, 3, 5), 'TNK': (4, 2, 3, 5)}
 @mx.util.use_np
 class _SoftmaxAxis1(mx.gluon.HybridBlock):
     def hybrid_forward(self, F, score, mask):
-        return fn.masked_softmax(score, mask, axis=1)
+        return ga.masked_softmax(score, mask, axis=1)
 
 
 @pytest.mark.parametrize('mode', ['hybridize', 'static'])
@@ -43,7 +43,7 @@ def test_multi_head_cell_hybridized_equals_imperative(layout, mode):
     mask = np.array(onp.random.rand(2, 4, 4) > 0.3)
     results = []
     for m in ('imperative', mode):
-        cell = hybridize_mode(cells.MultiHeadAttentionCell(15, 3, layout=layout), m)
+        cell = hybridize_mode(ga.MultiHeadAttentionCell(15, 3, layout=layout), m)
         outs, grads = forward_backward(cell, q, k, v, mask)
         results.append(outs + grads)
     for a, b in zip(*results):

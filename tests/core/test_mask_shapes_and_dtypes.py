@@ -7,7 +7,7 @@ from mxnet import np
 import reference as ref
 from block_utils import ints, rand
 from conftest import tol
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 
 
 def test_multi_head_cell_accepts_row_key_and_library_masks():
@@ -17,9 +17,9 @@ def test_multi_head_cell_accepts_row_key_and_library_masks():
     tokens = onp.array([[5, 7, 0, 0]])
     data = rand(1, 4, 6)
     q, k, v = rand(1, 4, 2, 3), rand(1, 4, 2, 3), rand(1, 4, 2, 3)
-    cell = cells.MultiHeadAttentionCell(6, 2, layout='NTK')
+    cell = ga.MultiHeadAttentionCell(6, 2, layout='NTK')
     keep = ref.valid_length_to_mask(onp.array([2]), 4)                       # (1, 4)
-    library = masking.gen_mem_attn_mask(data, ints((tokens != 0).sum(1)), data).asnumpy()
+    library = ga.gen_mem_attn_mask(data, ints((tokens != 0).sum(1)), data).asnumpy()
     for mask in (keep[:, :, None], keep[:, None, :], library):
         ctx, (_, weights) = cell(q, k, v, np.array(mask, dtype=bool))
         expected = ref.multi_head_dot_attn(q, k, v, mask, layout='NTK')
@@ -32,7 +32,7 @@ def test_multi_head_cell_accepts_row_key_and_library_masks():
 
 @pytest.mark.parametrize('shape', [(2, 3, 5), (2, 1, 5), (1, 3, 1), (1, 1, 1)])
 def test_masked_softmax_output_shaped_like_scores(shape):
-    assert fn.masked_softmax(rand(2, 3, 5), np.ones(shape, dtype=bool)).shape == (2, 3, 5)
+    assert ga.masked_softmax(rand(2, 3, 5), np.ones(shape, dtype=bool)).shape == (2, 3, 5)
 
 
 def test_mask_dtypes_give_identical_weights_and_non_binary_masks_are_refused():
@@ -40,11 +40,11 @@ def test_mask_dtypes_give_identical_weights_and_non_binary_masks_are_refused():
     2-3; a mask mixing 1 with 0.5, or 0 with -inf (additive), is a ValueError."""
     scores = rand(2, 3, 4)
     pattern = onp.broadcast_to(onp.array([1, 1, 0, 0]), (2, 3, 4))
-    outs = [fn.masked_softmax(scores, np.array(pattern, dtype=dt)).asnumpy()
+    outs = [ga.masked_softmax(scores, np.array(pattern, dtype=dt)).asnumpy()
             for dt in (bool, 'float32', 'int32')]
     for out in outs[1:]:
         onp.testing.assert_array_equal(out, outs[0])
     assert onp.all(outs[0][..., 2:] == 0)
     for bad in (onp.where(pattern, 1.0, 0.5), onp.where(pattern, 0.0, -onp.inf)):
         with pytest.raises(ValueError, match='Received:'):
-            fn.masked_softmax(scores, np.array(bad, dtype='float32'))
+            ga.masked_softmax(scores, np.array(bad, dtype='float32'))

@@ -7,14 +7,14 @@ from mxnet import np
 import reference as ref
 from block_utils import flat, initialized, ints, rand
 from conftest import hybridize_mode, tol
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 
 LENGTH_DTYPES = ('int32', 'int64', 'float32')
 
 
 def _blocks():
-    return [cells.DotProductAttention(), initialized(cells.AdditiveAttention(4)),
-            initialized(cells.MultiHeadAttention(8, 2))]
+    return [ga.DotProductAttention(), initialized(ga.AdditiveAttention(4)),
+            initialized(ga.MultiHeadAttention(8, 2))]
 
 
 @pytest.mark.parametrize('mode', ['imperative', 'hybridize'])
@@ -36,15 +36,15 @@ def test_valid_length_dtypes_give_identical_block_outputs(mode):
 @pytest.mark.parametrize('dtype', LENGTH_DTYPES)
 def test_valid_length_dtypes_in_mask_builder_match_oracle(dtype):
     scores = rand(2, 5, 5)
-    mask = np.expand_dims(masking.valid_length_to_mask(scores, ints([3, 5], dtype), axis=2), 1)
+    mask = np.expand_dims(ga.valid_length_to_mask(scores, ints([3, 5], dtype), axis=2), 1)
     expected = ref.masked_softmax(scores, ref.valid_length_to_mask([3, 5], 5)[:, None])
-    onp.testing.assert_allclose(fn.masked_softmax(scores, mask).asnumpy(), expected, **tol())
+    onp.testing.assert_allclose(ga.masked_softmax(scores, mask).asnumpy(), expected, **tol())
 
 
 @pytest.mark.parametrize('dtype', ['float32', 'int32'])
 def test_float_lengths_give_known_weights(dtype):
     """Data [[1, 2], [3, 4]], lengths [1, 2] -> [[1, 0], [0.269, 0.731]]."""
     data = np.array([[1.0, 2.0], [3.0, 4.0]])
-    mask = masking.valid_length_to_mask(data, ints([1, 2], dtype), axis=1)
-    out = fn.masked_softmax(data, mask).asnumpy()
+    mask = ga.valid_length_to_mask(data, ints([1, 2], dtype), axis=1)
+    out = ga.masked_softmax(data, mask).asnumpy()
     onp.testing.assert_allclose(out, [[1.0, 0.0], [0.26894142, 0.73105858]], rtol=1e-6)

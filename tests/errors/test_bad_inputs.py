@@ -14,8 +14,7 @@ from mxnet import np
 from mxnet.gluon import HybridBlock, nn
 
 from block_utils import initialized, ints, rand
-from gluon_attention.compat import attend as compat
-from gluon_attention.core import cells, functional as fn, masking
+import gluon_attention as ga
 from gluon_attention.data import snli, squad
 from gluon_attention.data.squad_decode import best_span, decode_predictions
 from gluon_attention.export import export_block, import_block
@@ -44,14 +43,14 @@ def _qa():
 
 
 def _mha(*args, hybridize=False):
-    block = initialized(cells.MultiHeadAttention(6, 2))
+    block = initialized(ga.MultiHeadAttention(6, 2))
     if hybridize:
         block.hybridize(static_alloc=True)
     return block(*args)
 
 
 def _mha_after_first_call(query):
-    block = initialized(cells.MultiHeadAttention(6, 2))
+    block = initialized(ga.MultiHeadAttention(6, 2))
     block(rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 4))
     return block(query, rand(2, 5, 4), rand(2, 5, 4))
 
@@ -74,11 +73,11 @@ def _squad_json(answer_start=0, impossible=False):
 
 
 def _dpa(*args):
-    return cells.DotProductAttention()(*args)
+    return ga.DotProductAttention()(*args)
 
 
 def _additive(*args):
-    return initialized(cells.AdditiveAttention(4))(*args)
+    return initialized(ga.AdditiveAttention(4))(*args)
 
 
 Q, K, V = rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 6)
@@ -90,92 +89,92 @@ LOGP, ANS = np.log(np.full((2, 5), 0.2)), np.log(np.full((2, 2), 0.5))
 BAD = [
     # ------------------------------------------------------------ masked softmax
     ('masked_softmax-mask-rank-below-scores',
-     lambda: fn.masked_softmax(Q, np.ones((2, 4), dtype=bool)), ValueError, ['(2, 4)']),
+     lambda: ga.masked_softmax(Q, np.ones((2, 4), dtype=bool)), ValueError, ['(2, 4)']),
     ('masked_softmax-mask-rank-above-scores',
-     lambda: fn.masked_softmax(S, np.ones((2, 1, 1, 5), dtype=bool)), ValueError,
+     lambda: ga.masked_softmax(S, np.ones((2, 1, 1, 5), dtype=bool)), ValueError,
      ['(2, 3, 5)', 'mask.shape=(2, 1, 1, 5)']),
-    ('masked_softmax-mask-transposed', lambda: fn.masked_softmax(S, np.ones((2, 5, 3))),
+    ('masked_softmax-mask-transposed', lambda: ga.masked_softmax(S, np.ones((2, 5, 3))),
      ValueError, ['(2, 3, 5)', 'mask.shape=(2, 5, 3)']),
-    ('masked_softmax-mask-one-half', lambda: fn.masked_softmax(Q, np.full((2, 3, 4), 0.5)),
+    ('masked_softmax-mask-one-half', lambda: ga.masked_softmax(Q, np.full((2, 3, 4), 0.5)),
      ValueError, ['0.5']),
     ('masked_softmax-mask-additive-minus-inf',
-     lambda: fn.masked_softmax(Q, np.full((2, 3, 4), -onp.inf)), ValueError, ['-inf']),
-    ('masked_log_softmax-mask-two', lambda: fn.masked_log_softmax(Q, np.full((2, 3, 4), 2.0)),
+     lambda: ga.masked_softmax(Q, np.full((2, 3, 4), -onp.inf)), ValueError, ['-inf']),
+    ('masked_log_softmax-mask-two', lambda: ga.masked_log_softmax(Q, np.full((2, 3, 4), 2.0)),
      ValueError, ['2.0']),
-    ('masked_softmax-mask-numpy-array', lambda: fn.masked_softmax(Q, onp.ones((2, 3, 4))),
+    ('masked_softmax-mask-numpy-array', lambda: ga.masked_softmax(Q, onp.ones((2, 3, 4))),
      TypeError, ['ndarray']),
-    ('masked_softmax-scores-int32', lambda: fn.masked_softmax(ints([[1, 2]])), TypeError,
+    ('masked_softmax-scores-int32', lambda: ga.masked_softmax(ints([[1, 2]])), TypeError,
      ['int32']),
-    ('masked_softmax-scores-numpy-array', lambda: fn.masked_softmax(onp.zeros((2, 3))),
+    ('masked_softmax-scores-numpy-array', lambda: ga.masked_softmax(onp.zeros((2, 3))),
      TypeError, ['ndarray']),
-    ('masked_softmax-axis-out-of-range', lambda: fn.masked_softmax(Q, axis=5), ValueError,
+    ('masked_softmax-axis-out-of-range', lambda: ga.masked_softmax(Q, axis=5), ValueError,
      ['axis=5']),
-    ('masked_softmax-axis-float', lambda: fn.masked_softmax(Q, axis=1.5), TypeError, ['1.5']),
-    ('masked_log_softmax-axis-below-range', lambda: fn.masked_log_softmax(Q, axis=-4),
+    ('masked_softmax-axis-float', lambda: ga.masked_softmax(Q, axis=1.5), TypeError, ['1.5']),
+    ('masked_log_softmax-axis-below-range', lambda: ga.masked_log_softmax(Q, axis=-4),
      ValueError, ['-4']),
-    ('masked_softmax-temperature-zero', lambda: fn.masked_softmax(Q, temperature=0), ValueError,
+    ('masked_softmax-temperature-zero', lambda: ga.masked_softmax(Q, temperature=0), ValueError,
      ['temperature=0']),
-    ('masked_softmax-temperature-nan', lambda: fn.masked_softmax(Q, temperature=float('nan')),
+    ('masked_softmax-temperature-nan', lambda: ga.masked_softmax(Q, temperature=float('nan')),
      ValueError, ['nan']),
-    ('masked_softmax-temperature-string', lambda: fn.masked_softmax(Q, temperature='hot'),
+    ('masked_softmax-temperature-string', lambda: ga.masked_softmax(Q, temperature='hot'),
      TypeError, ['hot']),
     # ------------------------------------------------------------ multi_head_dot_attn, scores
     ('multi_head_dot_attn-layout-unknown',
-     lambda: fn.multi_head_dot_attn(Q4, K4, V4, layout='NCHW'), ValueError, ['NCHW']),
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, layout='NCHW'), ValueError, ['NCHW']),
     ('multi_head_dot_attn-batch-mismatch',
-     lambda: fn.multi_head_dot_attn(Q4, rand(3, 3, 5, 4), rand(3, 3, 5, 6)), ValueError,
+     lambda: ga.multi_head_dot_attn(Q4, rand(3, 3, 5, 4), rand(3, 3, 5, 6)), ValueError,
      ['(3, 3, 5, 4)']),
-    ('multi_head_dot_attn-query-rank-3', lambda: fn.multi_head_dot_attn(Q, K, V), ValueError,
+    ('multi_head_dot_attn-query-rank-3', lambda: ga.multi_head_dot_attn(Q, K, V), ValueError,
      ['(2, 3, 4)']),
     ('multi_head_dot_attn-mask-rank-4',
-     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 1, 3, 5))), ValueError,
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 1, 3, 5))), ValueError,
      ['(2, 1, 3, 5)']),
     ('multi_head_dot_attn-mask-wrong-key-length',
-     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 3, 4))), ValueError, ['(2, 3, 4)']),
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, np.ones((2, 3, 4))), ValueError, ['(2, 3, 4)']),
     ('multi_head_dot_attn-mask-one-half',
-     lambda: fn.multi_head_dot_attn(Q4, K4, V4, np.full((2, 3, 5), 0.5)), ValueError, ['0.5']),
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, np.full((2, 3, 5), 0.5)), ValueError, ['0.5']),
     ('multi_head_dot_attn-edge-scores-wrong-shape',
-     lambda: fn.multi_head_dot_attn(Q4, K4, V4, None, rand(2, 3, 3, 4)), ValueError,
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, None, rand(2, 3, 3, 4)), ValueError,
      ['(2, 3, 3, 4)']),
-    ('multi_head_dot_attn-dropout-one', lambda: fn.multi_head_dot_attn(Q4, K4, V4, dropout=1.0),
+    ('multi_head_dot_attn-dropout-one', lambda: ga.multi_head_dot_attn(Q4, K4, V4, dropout=1.0),
      ValueError, ['1.0']),
     ('multi_head_dot_attn-scaled-with-empty-key-features',
-     lambda: fn.multi_head_dot_attn(Q4[..., :0], K4[..., :0], V4), ValueError, ['=0']),
+     lambda: ga.multi_head_dot_attn(Q4[..., :0], K4[..., :0], V4), ValueError, ['=0']),
     ('multi_head_dot_attn-scores-beyond-int32',
-     lambda: fn.multi_head_dot_attn(HUGE, HUGE, HUGE), ValueError, ['num_elements=4900000000']),
-    ('dot_attn_score-layout-unknown', lambda: fn.dot_attn_score(Q, K, layout='NCT'),
+     lambda: ga.multi_head_dot_attn(HUGE, HUGE, HUGE), ValueError, ['num_elements=4900000000']),
+    ('dot_attn_score-layout-unknown', lambda: ga.dot_attn_score(Q, K, layout='NCT'),
      ValueError, ['NCT']),
-    ('dot_attn_score-batch-mismatch', lambda: fn.dot_attn_score(Q, rand(3, 5, 4)), ValueError,
+    ('dot_attn_score-batch-mismatch', lambda: ga.dot_attn_score(Q, rand(3, 5, 4)), ValueError,
      ['(3, 5, 4)']),
-    ('dot_attn_score-feature-mismatch', lambda: fn.dot_attn_score(Q, rand(2, 5, 3)),
+    ('dot_attn_score-feature-mismatch', lambda: ga.dot_attn_score(Q, rand(2, 5, 3)),
      ValueError, ['(2, 5, 3)']),
     ('dot_attn_score-tn-query-rank-4',
-     lambda: fn.dot_attn_score(rand(3, 2, 2, 4), rand(5, 2, 2, 4), layout='TN'), ValueError,
+     lambda: ga.dot_attn_score(rand(3, 2, 2, 4), rand(5, 2, 2, 4), layout='TN'), ValueError,
      ['(3, 2, 2, 4)']),
     ('select_vectors_by_position-batch-mismatch',
-     lambda: fn.select_vectors_by_position(Q, ints([[0, 3]])), ValueError, ['(1, 2)']),
+     lambda: ga.select_vectors_by_position(Q, ints([[0, 3]])), ValueError, ['(1, 2)']),
     ('select_vectors_by_position-position-out-of-range',
-     lambda: fn.select_vectors_by_position(Q, ints([[0, 3], [1, 1]])), ValueError,
+     lambda: ga.select_vectors_by_position(Q, ints([[0, 3], [1, 1]])), ValueError,
      ['[[0, 3], [1, 1]]']),
     ('select_vectors_by_position-positions-rank-1',
-     lambda: fn.select_vectors_by_position(Q, ints([0, 1])), ValueError, ['(2,)']),
+     lambda: ga.select_vectors_by_position(Q, ints([0, 1])), ValueError, ['(2,)']),
     # ------------------------------------------------------------ mask builders
-    ('gen_self_attn_mask-layout-unknown', lambda: masking.gen_self_attn_mask(Q, layout='NTC'),
+    ('gen_self_attn_mask-layout-unknown', lambda: ga.gen_self_attn_mask(Q, layout='NTC'),
      ValueError, ['NTC']),
     ('gen_self_attn_mask-attn_type-unknown',
-     lambda: masking.gen_self_attn_mask(Q, attn_type='banana'), ValueError, ['banana']),
+     lambda: ga.gen_self_attn_mask(Q, attn_type='banana'), ValueError, ['banana']),
     ('gen_self_attn_mask-valid_length-above-length',
-     lambda: masking.gen_self_attn_mask(Q, ints([4, 1])), ValueError, ['[4, 1]']),
+     lambda: ga.gen_self_attn_mask(Q, ints([4, 1])), ValueError, ['[4, 1]']),
     ('gen_self_attn_mask-valid_length-numpy-array',
-     lambda: masking.gen_self_attn_mask(Q, onp.array([1, 2])), TypeError, ['ndarray']),
+     lambda: ga.gen_self_attn_mask(Q, onp.array([1, 2])), TypeError, ['ndarray']),
     ('gen_self_attn_mask-valid_length-batch-mismatch',
-     lambda: masking.gen_self_attn_mask(Q, ints([1, 2, 3])), ValueError, ['(3,)']),
+     lambda: ga.gen_self_attn_mask(Q, ints([1, 2, 3])), ValueError, ['(3,)']),
     ('gen_mem_attn_mask-layout-unknown',
-     lambda: masking.gen_mem_attn_mask(K, ints([5, 5]), Q, layout='XY'), ValueError, ['XY']),
+     lambda: ga.gen_mem_attn_mask(K, ints([5, 5]), Q, layout='XY'), ValueError, ['XY']),
     ('gen_mem_attn_mask-mem_valid_length-above-length',
-     lambda: masking.gen_mem_attn_mask(K, ints([6, 1]), Q), ValueError, ['[6, 1]']),
+     lambda: ga.gen_mem_attn_mask(K, ints([6, 1]), Q), ValueError, ['[6, 1]']),
     ('gen_mem_attn_mask-data_valid_length-above-length',
-     lambda: masking.gen_mem_attn_mask(K, ints([5, 1]), Q, ints([1, 4])), ValueError,
+     lambda: ga.gen_mem_attn_mask(K, ints([5, 1]), Q, ints([1, 4])), ValueError,
      ['[1, 4]']),
     # ------------------------------------------------------------ attention blocks
     ('DotProductAttention-batch-mismatch', lambda: _dpa(Q, rand(3, 5, 4), rand(3, 5, 6)),
@@ -200,41 +199,41 @@ BAD = [
      lambda: _dpa(Q, K, V, np.ones((2,), dtype=bool)), TypeError, ['bool']),
     ('DotProductAttention-scores-beyond-int32', lambda: _dpa(HUGE[0], HUGE[0], HUGE[0]),
      ValueError, ['4900000000']),
-    ('DotProductAttention-dropout-one', lambda: cells.DotProductAttention(dropout=1.0),
+    ('DotProductAttention-dropout-one', lambda: ga.DotProductAttention(dropout=1.0),
      ValueError, ['1.0']),
-    ('DotProductAttention-dropout-negative', lambda: cells.DotProductAttention(dropout=-0.1),
+    ('DotProductAttention-dropout-negative', lambda: ga.DotProductAttention(dropout=-0.1),
      ValueError, ['-0.1']),
-    ('DotProductAttention-scaled-string', lambda: cells.DotProductAttention(scaled='yes'),
+    ('DotProductAttention-scaled-string', lambda: ga.DotProductAttention(scaled='yes'),
      TypeError, ["'yes'"]),
-    ('AdditiveAttention-units-zero', lambda: cells.AdditiveAttention(0), ValueError,
+    ('AdditiveAttention-units-zero', lambda: ga.AdditiveAttention(0), ValueError,
      ['units=0']),
-    ('AdditiveAttention-dropout-above-one', lambda: cells.AdditiveAttention(4, dropout=1.5),
+    ('AdditiveAttention-dropout-above-one', lambda: ga.AdditiveAttention(4, dropout=1.5),
      ValueError, ['1.5']),
     ('AdditiveAttention-batch-mismatch', lambda: _additive(Q, rand(3, 5, 4), rand(3, 5, 6)),
      ValueError, ['(3, 5, 4)']),
     ('AdditiveAttention-valid_length-above-length', lambda: _additive(Q, K, V, ints([6, 1])),
      ValueError, ['[6, 1]']),
     ('MultiHeadAttentionCell-layout-unknown',
-     lambda: cells.MultiHeadAttentionCell(layout='NCHW'), ValueError, ['NCHW']),
+     lambda: ga.MultiHeadAttentionCell(layout='NCHW'), ValueError, ['NCHW']),
     ('MultiHeadAttentionCell-units-not-divisible-by-heads',
-     lambda: cells.MultiHeadAttentionCell(query_units=10, num_heads=3), ValueError, ['10']),
+     lambda: ga.MultiHeadAttentionCell(query_units=10, num_heads=3), ValueError, ['10']),
     ('MultiHeadAttentionCell-query_units-without-num_heads',
-     lambda: cells.MultiHeadAttentionCell(query_units=12), ValueError, ['num_heads=None']),
+     lambda: ga.MultiHeadAttentionCell(query_units=12), ValueError, ['num_heads=None']),
     ('MultiHeadAttentionCell-num_heads-zero',
-     lambda: cells.MultiHeadAttentionCell(query_units=12, num_heads=0), ValueError,
+     lambda: ga.MultiHeadAttentionCell(query_units=12, num_heads=0), ValueError,
      ['num_heads=0']),
     ('MultiHeadAttentionCell-attention_dropout-one',
-     lambda: cells.MultiHeadAttentionCell(attention_dropout=1.0), ValueError, ['1.0']),
-    ('MultiHeadAttentionCell-use_einsum-int', lambda: cells.MultiHeadAttentionCell(use_einsum=1),
+     lambda: ga.MultiHeadAttentionCell(attention_dropout=1.0), ValueError, ['1.0']),
+    ('MultiHeadAttentionCell-use_einsum-int', lambda: ga.MultiHeadAttentionCell(use_einsum=1),
      TypeError, ['1']),
-    ('MultiHeadAttentionCell-mask-rank-2', lambda: cells.MultiHeadAttentionCell(layout='NKT')(
+    ('MultiHeadAttentionCell-mask-rank-2', lambda: ga.MultiHeadAttentionCell(layout='NKT')(
         Q4, K4, V4, np.ones((2, 5)), None), ValueError, ['(2, 5)']),
-    ('MultiHeadAttention-units-not-divisible-by-heads', lambda: cells.MultiHeadAttention(10, 3),
+    ('MultiHeadAttention-units-not-divisible-by-heads', lambda: ga.MultiHeadAttention(10, 3),
      ValueError, ['10']),
-    ('MultiHeadAttention-units-zero', lambda: cells.MultiHeadAttention(0, 3), ValueError, ['0']),
-    ('MultiHeadAttention-dropout-one', lambda: cells.MultiHeadAttention(6, 2, dropout=1.0),
+    ('MultiHeadAttention-units-zero', lambda: ga.MultiHeadAttention(0, 3), ValueError, ['0']),
+    ('MultiHeadAttention-dropout-one', lambda: ga.MultiHeadAttention(6, 2, dropout=1.0),
      ValueError, ['dropout=1.0']),
-    ('MultiHeadAttention-dropout-two', lambda: cells.MultiHeadAttention(6, 2, dropout=2),
+    ('MultiHeadAttention-dropout-two', lambda: ga.MultiHeadAttention(6, 2, dropout=2),
      ValueError, ['2']),
     ('MultiHeadAttention-batch-mismatch', lambda: _mha(Q, rand(3, 5, 4), rand(3, 5, 6)),
      ValueError, ['(3, 5, 4)']),
@@ -247,23 +246,23 @@ BAD = [
     ('MultiHeadAttention-feature-size-changed', lambda: _mha_after_first_call(rand(2, 3, 5)),
      ValueError, ['(2, 3, 5)']),
     # ------------------------------------------------------------ compat attend
-    ('attend-batch-mismatch', lambda: compat.attend(Q, rand(3, 5, 4)), ValueError,
+    ('attend-batch-mismatch', lambda: ga.attend(Q, rand(3, 5, 4)), ValueError,
      ['(3, 5, 4)']),
-    ('attend-dot-feature-mismatch', lambda: compat.attend(Q, rand(2, 5, 3)), ValueError,
+    ('attend-dot-feature-mismatch', lambda: ga.attend(Q, rand(2, 5, 3)), ValueError,
      ['(2, 5, 3)']),
-    ('attend-normalize-unknown', lambda: compat.attend(Q, K, normalize='relu'), ValueError,
+    ('attend-normalize-unknown', lambda: ga.attend(Q, K, normalize='relu'), ValueError,
      ['relu']),
-    ('attend-score-unknown', lambda: compat.attend(Q, K, score='cosine'), ValueError,
+    ('attend-score-unknown', lambda: ga.attend(Q, K, score='cosine'), ValueError,
      ['cosine']),
-    ('attend-context_sizes-batch-mismatch', lambda: compat.attend(Q, K, context_sizes=[1, 2, 3]),
+    ('attend-context_sizes-batch-mismatch', lambda: ga.attend(Q, K, context_sizes=[1, 2, 3]),
      ValueError, ['[1, 2, 3]']),
-    ('attend-context_sizes-fractional', lambda: compat.attend(Q, K, context_sizes=[1.5, 2]),
+    ('attend-context_sizes-fractional', lambda: ga.attend(Q, K, context_sizes=[1.5, 2]),
      TypeError, ['1.5']),
-    ('mask3d-sizes-not-a-list', lambda: compat.mask3d(V, 3), TypeError, ['3']),
-    ('mask3d-sizes-negative', lambda: compat.mask3d(V, [2, -1]), TypeError, ['-1']),
+    ('mask3d-sizes-not-a-list', lambda: ga.mask3d(V, 3), TypeError, ['3']),
+    ('mask3d-sizes-negative', lambda: ga.mask3d(V, [2, -1]), TypeError, ['-1']),
     ('fill_context_mask-mask-rank-2',
-     lambda: compat.fill_context_mask(np.zeros((2, 3)), [1, 2], 0, 1), ValueError, ['(2, 3)']),
-    ('dot-rank-2', lambda: compat.dot(rand(2, 3), rand(2, 3)), ValueError, ['(2, 3)']),
+     lambda: ga.fill_context_mask(np.zeros((2, 3)), [1, 2], 0, 1), ValueError, ['(2, 3)']),
+    ('dot-rank-2', lambda: ga.dot(rand(2, 3), rand(2, 3)), ValueError, ['(2, 3)']),
     # ------------------------------------------------------------ encoder
     ('BertEncoder-no-positions',
      lambda: _bert()(ints(onp.zeros((2, 0))), ints(onp.zeros((2, 0))), ints([0, 0])),
@@ -353,7 +352,7 @@ BAD = [
      ['keep=0']),
     ('import_block-missing-files', lambda: import_block('none'), ValueError, ['none']),
     ('export_block-names-and-dtypes-differ',
-     lambda: export_block(cells.DotProductAttention(), 'x', ['a', 'b'], ['float32']),
+     lambda: export_block(ga.DotProductAttention(), 'x', ['a', 'b'], ['float32']),
      ValueError, ["['a', 'b']"]),
 ]
 

@@ -3,12 +3,12 @@ import numpy as onp
 from mxnet import autograd
 
 from block_utils import rand
-from gluon_attention.core import cells
+import gluon_attention as ga
 from gluon_attention.tasks.common import seed_step
 
 
 def test_dropout_masks_repeat_for_the_same_seed_and_step():
-    block = cells.DotProductAttention(dropout=0.5)
+    block = ga.DotProductAttention(dropout=0.5)
     q, k, v = rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 6)
     runs = []
     for _ in range(2):
