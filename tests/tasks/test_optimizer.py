@@ -1,0 +1,101 @@
+"""The registered AdamW optimizer: float64 oracle through gluon.Trainer, parity with the jobs'
+former AdamW, hyperparameter checks."""
+import math
+
+import mxnet as mx
+import numpy as onp
+import pytest
+from mxnet import autograd, gluon
+
+from conftest import tol
+from dist_job import build_model, loss_fn, make_features
+from gluon_attention.tasks.distributed import DataParallel
+from gluon_attention.tasks.optim import NO_DECAY, AdamW
+from gluon_attention.tasks.training import AdamW as LoopAdamW
+
+BETAS, EPS = (0.9, 0.999), 1e-6
+
+
+def _oracle_step(weight, mean, var, grad, t, lr, wd):
+    """One float64 AdamW step (decoupled decay, bias correction, epsilon on sqrt(v))."""
+    mean = BETAS[0] * mean + (1 - BETAS[0]) * grad
+    var = BETAS[1] * var + (1 - BETAS[1]) * grad * grad
+    alpha = math.sqrt(1 - BETAS[1] ** t) / (1 - BETAS[0] ** t)
+    return weight - lr * (alpha * mean / (onp.sqrt(var) + EPS) + wd * weight), mean, var
+
+
+def _small_net():
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(4, in_units=5), gluon.nn.LayerNorm(in_channels=4),
+            gluon.nn.Dense(3, in_units=4))
+    net.initialize(mx.init.Normal(0.5))
+    return net
+
+
+def test_adamw_is_registered_and_created_by_name():
+    assert isinstance(mx.optimizer.create('adamw', learning_rate=0.1), AdamW)
+
+
+@pytest.mark.parametrize('no_decay', [NO_DECAY, None])
+def test_adamw_in_trainer_matches_float64_oracle(no_decay):
+    """Three steps with changing lr, rescale 1/batch, lr_mult, wd_mult and no-decay names."""
+    net = _small_net()
+    params = list(net.collect_params().values())
+    params[-2].lr_mult, params[0].wd_mult = 2.5, 0.5          # last weight, first weight
+    trainer = gluon.Trainer(params, 'adamw', {'learning_rate': 0.1, 'wd': 0.2,
+                                              'no_decay': no_decay})
+    weights = [p.data().asnumpy().astype('float64') for p in params]
+    moments = [(onp.zeros_like(w), onp.zeros_like(w)) for w in weights]
+    rng = onp.random.RandomState(0)
+    for t, lr in enumerate((0.05, 0.02, 0.01), 1):
+        x = mx.np.array(rng.normal(size=(6, 5)).astype('float32'))
+        with autograd.record():
+            loss = (net(x) ** 2).sum()
+        loss.backward()
+        grads = [p.grad().asnumpy().astype('float64') / 6 for p in params]
+        trainer.set_learning_rate(lr)
+        trainer.step(6)
+        for i, param in enumerate(params):
+            decayed = no_decay is None or not param.name.endswith(('bias', 'gamma', 'beta'))
+            wd = 0.2 * param.wd_mult if decayed else 0.0
+            weights[i], *moments[i] = _oracle_step(weights[i], *moments[i], grads[i], t,
+                                                   lr * param.lr_mult, wd)
+    for param, expected in zip(params, weights):
+        onp.testing.assert_allclose(param.data().asnumpy(), expected, **tol())
+
+
+def test_adamw_engine_matches_the_loop_adamw_on_tiny_qa_model():
+    """Four clipped steps of DataParallel + AdamW equal the hand-written loop's AdamW."""
+    features = make_features(5)
+    models = [build_model(5, [mx.cpu()], features) for _ in range(2)]
+    for a, b in zip(models[0].collect_params().values(), models[1].collect_params().values()):
+        b.set_data(a.data())
+    params = list(models[0].collect_params().values())
+    loop = LoopAdamW(params, weight_decay=0.01, lr_mult=[p.lr_mult for p in params])
+    engine = DataParallel(models[1].collect_params(),
+                          optimizer_params={'learning_rate': 0.01, 'wd': 0.01})
+    rng = onp.random.RandomState(1)
+    for step, lr in enumerate((0.01, 0.008, 0.005, 0.002)):
+        ids = rng.choice(len(features['input_ids']), 8, replace=False)
+        part = {k: mx.np.array(v[ids]) for k, v in features.items()}
+        with autograd.record():
+            loss = loss_fn(models[0])(part) / 8
+        loss.backward()
+        engine.forward_backward(loss_fn(models[1]), {k: v[ids] for k, v in features.items()})
+        norms = loop.step(lr, max_grad_norm=0.5), engine.step(8, lr, max_grad_norm=0.5)
+        assert norms[0] == pytest.approx(norms[1], rel=1e-5)
+        assert norms[0] > 0.5, 'the clipping was meant to act'
+    for a, b in zip(params, models[1].collect_params().values()):
+        onp.testing.assert_allclose(b.data().asnumpy(), a.data().asnumpy(), **tol())
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    ({'beta1': 1.0}, ValueError, 'beta1'),
+    ({'beta2': -0.1}, ValueError, 'beta2'),
+    ({'epsilon': 0.0}, ValueError, 'epsilon'),
+    ({'wd': -0.01}, ValueError, 'wd'),
+    ({'no_decay': 3}, TypeError, 'no_decay'),
+])
+def test_adamw_rejects_bad_hyperparameters(kwargs, error, match):
+    with pytest.raises(error, match=match + r'.*Received: ' + match):
+        AdamW(**kwargs)
