@@ -1,5 +1,5 @@
 """PyTorch peer for scripts/benchmark.py: scaled_dot_product_attention on CPU, run in the
-interpreter that has torch (e.g. /work/peer-venv/bin/python), talking JSON lines.
+interpreter that has torch (``benchmark.py --torch-python``), talking JSON lines.
 
 Each stdin line is {"shape": [B, K, L_q, L_m, C], "lengths": [...], "mode": "fwd"|"fwdbwd"};
 the reply is {"seconds": t} for one timed pass (inputs cached per request). With

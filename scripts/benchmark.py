@@ -19,7 +19,6 @@ import time
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode')
 PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bench_torch_peer.py')
-PEER_PYTHON = '/work/peer-venv/bin/python'
 
 
 def parse_args(argv=None):
@@ -38,7 +37,7 @@ def parse_args(argv=None):
                         help='comma-separated name prefixes to keep (default: all)')
     parser.add_argument('--torch-python', default=None,
                         help='interpreter with torch for the SDPA peer (default: this one if it '
-                             'imports torch, else %s; "none" skips it)' % PEER_PYTHON)
+                             'imports torch; "none" skips it)')
     parser.add_argument('--out', default='runs/benchmark', help='writes OUT.md and OUT.json')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
@@ -59,7 +58,7 @@ def torch_python(choice):
     """The interpreter for the torch peer, or None when torch is unavailable."""
     if choice == 'none':
         return None
-    candidates = [choice] if choice else [sys.executable, PEER_PYTHON]
+    candidates = [choice] if choice else [sys.executable]
     for python in candidates:
         if os.path.exists(python) and subprocess.run(
                 [python, '-c', 'import torch'], capture_output=True).returncode == 0:

@@ -1,6 +1,7 @@
 """float64 NumPy oracles for every public op of gluon_attention: forward and gradients.
 
-Written from SPEC.md / TEAM_CONTRACT.md, independently of the implementation.
+Written from the documented semantics (README.md, CONTRIBUTING.md), independently of the
+implementation.
 Each ``*_vjp`` function takes the upstream gradients of the outputs and returns
 the gradients of the inputs (analytic backward). ``numeric_grad`` is a float64
 central-difference helper used to check the analytic backward itself.
@@ -348,7 +349,7 @@ def multi_head_attention(query, key, value, num_heads, params, valid_length=None
     return dense(ctx, params['o_weight'], params.get('o_bias')), weights
 
 
-# ----------------------------------------------------------------------------- seed 000
+# ----------------------------------------------------------------------------- compat attend
 def sizes_mask(batch_size, n_q, n_c, sizes):
     """(B, M, N) 0/1: column j valid when j < sizes[b]."""
     return (np.arange(n_c)[None, None, :] < np.asarray(sizes)[:, None, None]) * np.ones(
@@ -357,7 +358,7 @@ def sizes_mask(batch_size, n_q, n_c, sizes):
 
 def attend(query, context, value=None, score='dot', normalize='softmax', context_sizes=None,
            context_mask=None):
-    """seed-000 attend; returns (weight, output). Fully masked softmax rows give zeros."""
+    """The PyTorch-style attend; returns (weight, output). Fully masked softmax rows give zeros."""
     q, c = f64(query), f64(context)
     v = c if value is None else f64(value)
     s = q @ np.swapaxes(c, 1, 2) if score == 'dot' else f64(score(q, c))

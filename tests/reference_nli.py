@@ -1,6 +1,6 @@
 """float64 NumPy oracle of the padding-masked decomposable-attention alignment (Attend).
 
-Written from the issue's semantics (seed 002 #2 plus masks on both sides), independently of
+Written from the semantics of Parikh et al. (2016) plus masks on both sides, independently of
 gluon_attention. ``attend_forward`` returns the outputs and a cache; ``attend_vjp`` maps upstream
 gradients of (beta, alpha) to gradients of A, B and the parameters of f (analytic backward).
 

@@ -1,4 +1,4 @@
-"""seed 000: attend, mask3d, fill_context_mask, dot against the float64 oracle."""
+"""The PyTorch-style attend, mask3d, fill_context_mask, dot against the float64 oracle."""
 import mxnet as mx
 import numpy as onp
 import pytest

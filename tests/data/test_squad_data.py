@@ -245,7 +245,7 @@ def test_doc_stride_chunks_cover_context_once(tokenizer):
 
 
 def test_c19_cls_selectable_in_every_doc_stride_chunk(tokenizer):
-    """C19: in chunks 1 and 2 of a long context, p_mask keeps CLS selectable (null answer) and
+    """In chunks 1 and 2 of a long context, p_mask keeps CLS selectable (null answer) and
     masks query, SEP and padding; impossible chunks point at CLS."""
     features = convert_examples_to_features([_long_example()], tokenizer, max_seq_length=64,
                                             doc_stride=20, max_query_length=16)
@@ -402,7 +402,7 @@ def test_squad_evaluate_missing_prediction():
 
 # ------------------------------------------------------------------------------------ decoding
 def test_c18_best_span_prefers_valid_pair():
-    """C18: start [0,5,1,0], end [4,0,0,1], max length 3 -> (1, 3) with score 6, not (1, 0)."""
+    """Start [0,5,1,0], end [4,0,0,1], max length 3 -> (1, 3) with score 6, not (1, 0)."""
     assert best_span([0, 5, 1, 0], [4, 0, 0, 1], None, 3) == (1, 3, 6.0)
     assert best_span([0, 5, 1, 0], [4, 0, 0, 1], None, 1) == (1, 1, 5.0)
     assert best_span([0, 5, 1, 0], [4, 0, 0, 1], [0, 1, 1, 0], 3) == (1, 1, 5.0)
@@ -442,7 +442,7 @@ def test_decode_all_candidates_invalid(long_features):
 
 
 def test_c19_decode_never_starts_or_ends_at_cls(long_features):
-    """C19: a huge CLS start/end score leaves the null decision to the answerable logits; the
+    """A huge CLS start/end score leaves the null decision to the answerable logits; the
     non-null prediction is the best context span."""
     examples, features = long_features
     results = []

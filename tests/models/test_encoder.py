@@ -19,7 +19,7 @@ from gluon_attention.models.encoder import (BertEncoder, TransformerEncoder,
                                             TransformerEncoderLayer)
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[1] / 'fixtures' / 'minilm_hidden.npz'
-PARITY_ATOL = 1e-4  # issue 3: hidden states equal transformers' within 1e-4 absolute
+PARITY_ATOL = 1e-4  # hidden states equal transformers' within 1e-4 absolute
 # Distinct sizes so that a wrong transpose cannot pass: V, D, H, K, max positions, types.
 SMALL = dict(vocab_size=23, units=14, hidden_size=22, num_layers=2, num_heads=2, max_length=17,
              num_token_types=3)

@@ -112,8 +112,8 @@ def test_attend_masks_padding_on_both_sides_even_nan_padding(hybrid_mode):
     onp.testing.assert_allclose(beta.asnumpy()[0], onp.repeat(B[:1, 0], L_A, 0).astype('float32'), **tol())
 
 
-def test_C01_fully_masked_alignment_rows_are_zero_with_finite_gradients(hybrid_mode):
-    """C01: valid length 0 on one side (and padded rows on the other) through the alignment."""
+def test_fully_masked_alignment_rows_are_zero_with_finite_gradients(hybrid_mode):
+    """Valid length 0 on one side (and padded rows on the other) through the alignment."""
     attend = make_attend(hybrid_mode)
     a = np.random.normal(size=(BATCH, L_A, C)); b = np.random.normal(size=(BATCH, L_B, C))
     a.attach_grad(); b.attach_grad()
@@ -140,8 +140,8 @@ def id_batch(length_p=6, length_h=4, vocab_size=23):
     return premise, hypothesis
 
 
-def test_C02_zero_valid_length_gives_zero_alignment_rows():
-    """C02: valid_length int32 [0, 3]: sample 0 all-zero weights; sample 1 rows sum to 1, padding 0."""
+def test_zero_valid_length_gives_zero_alignment_rows():
+    """valid_length int32 [0, 3]: sample 0 all-zero weights; sample 1 rows sum to 1, padding 0."""
     model = small_model()
     premise, hypothesis = id_batch(length_p=4, length_h=4)
     weights_h, weights_p = model.alignment(premise, hypothesis, lengths([4, 4]), lengths([0, 3]))
@@ -154,8 +154,8 @@ def test_C02_zero_valid_length_gives_zero_alignment_rows():
     assert onp.isfinite(logits.asnumpy()).all()
 
 
-def test_C05_masks_are_built_from_lengths_on_the_right_axes():
-    """C05: key masks come from each side's own valid_length (L_p != L_h, so no transposed mask fits)."""
+def test_masks_are_built_from_lengths_on_the_right_axes():
+    """Key masks come from each side's own valid_length (L_p != L_h, so no transposed mask fits)."""
     model = small_model()
     premise, hypothesis = id_batch(length_p=6, length_h=4)
     weights_h, weights_p = model.alignment(premise, hypothesis, lengths([2, 6]), lengths([4, 1]))
@@ -173,8 +173,8 @@ def test_C05_masks_are_built_from_lengths_on_the_right_axes():
     (lambda p, h: (p, h, lengths([2, 3]), lengths([1.5, 1], 'float32')), 'must hold integers'),
     (lambda p, h: (p, h, lengths([2, 3]), None), 'valid_length_hypothesis is required'),
 ])
-def test_C06_C09_bad_inputs_raise_clear_errors(args, message):
-    """C06/C09: wrong length shapes, batch sizes, out-of-range or fractional lengths are refused."""
+def test_bad_inputs_raise_clear_errors(args, message):
+    """Wrong length shapes, batch sizes, out-of-range or fractional lengths are refused."""
     model = small_model()
     with pytest.raises((ValueError, TypeError)) as info:
         model(*args(*id_batch()))
@@ -190,8 +190,8 @@ def test_bad_configuration_raises(kwargs, name):
 
 
 @pytest.mark.parametrize('dtype', ['int32', 'int64', 'float32'])
-def test_C08_valid_length_dtypes_give_identical_logits(hybrid_mode, dtype):
-    """C08: int32, int64 and integral float32 valid lengths: same logits, imperative and hybridized."""
+def test_valid_length_dtypes_give_identical_logits(hybrid_mode, dtype):
+    """int32, int64 and integral float32 valid lengths: same logits, imperative and hybridized."""
     model = small_model()
     premise, hypothesis = id_batch()
     want = model(premise, hypothesis, lengths([3, 6]), lengths([4, 2])).asnumpy()
@@ -231,8 +231,8 @@ def test_compare_shapes():
     assert V_A.shape == (BATCH, L_A, H) and V_B.shape == (BATCH, L_B, H)
 
 
-def test_C10_C11_C12_C16_hybridize_export_reload_any_shape(tmp_path):
-    """C10/C11/C12/C16: hybridized == imperative; the exported graph reloads and runs at other B and
+def test_hybridize_export_reload_any_shape(tmp_path):
+    """Hybridized == imperative; the exported graph reloads and runs at other B and
     lengths; dropout 0.5 is the identity at inference (two calls agree)."""
     model = small_model(dropout=0.5)
     shapes = [(2, 6, 4), (3, 12, 5), (1, 2, 9)]

@@ -1,5 +1,5 @@
 """The conditional QA head (gluon_attention/qa.py): shapes, masking, normalisation, teacher forcing
-against inference, float16 (CASES C04), CLS kept selectable (C19), span decoding (C18),
+against inference, float16, CLS kept selectable, span decoding,
 hybridized == imperative, and the QAInference export round trip.
 
 Sizes are distinct: B=3, T=11, C=14, units=10, vocab 29.
@@ -148,7 +148,7 @@ def test_loss_value_and_sample_weight():
 
 
 def test_c04_float16_contextual_embedding():
-    """C04: QA head on a float16 (2, 16, 32) embedding with the 5 question and 4 padding
+    """QA head on a float16 (2, 16, 32) embedding with the 5 question and 4 padding
     positions blocked: finite loss and gradients, blocked positions -inf and never chosen,
     unmasked log-probs match float32 within 1e-2."""
     mx.random.seed(5)
@@ -189,7 +189,7 @@ def test_c04_float16_contextual_embedding():
 
 
 def test_c19_cls_stays_selectable_across_doc_stride_chunks():
-    """C19: [CLS] q1 q2 [SEP] c1 c2 c3 [SEP] pad, p_mask 1 on CLS and context only, for two chunks of
+    """[CLS] q1 q2 [SEP] c1 c2 c3 [SEP] pad, p_mask 1 on CLS and context only, for two chunks of
     a long context: CLS start/end logits finite (the null score), answerable logits finite, and
     decoding never starts or ends a non-null span at CLS."""
     model = _model()
@@ -210,7 +210,7 @@ def test_c19_cls_stays_selectable_across_doc_stride_chunks():
 
 
 def test_c18_decode_picks_best_valid_span():
-    """C18: start [0,5,1,0], end [4,0,0,1], max_answer_length 3 -> (1, 3) with score 6."""
+    """Start [0,5,1,0], end [4,0,0,1], max_answer_length 3 -> (1, 3) with score 6."""
     assert best_span([0, 5, 1, 0], [4, 0, 0, 1], max_answer_length=3) == (1, 3, 6.0)
 
 
