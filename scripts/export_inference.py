@@ -2,103 +2,107 @@
 """Hybridize a gluon_attention block, export symbol + params, reload, and check parity.
 
 Either a library block with fresh parameters (``--block``) or the fine-tuned SQuAD model of a
-`run_squad.py` output folder (``--squad-run``). The reload runs in a fresh process with
-``SymbolBlock.imports`` (no gluon_attention class involved) on inputs of a batch size and sequence
-length different from the ones used at export time, and the outputs are compared.
+`run_squad.py` output folder (``--squad-run``). The export goes through
+``gluon_attention.tasks.export.export_and_check``: the graph is built on a batch of B=2, T=12,
+exported, reloaded with ``SymbolBlock.imports`` (no gluon_attention class involved) and compared
+with the block on that batch and on batches of other sizes and lengths (B=3, T=7 and B=1, T=16).
+The report (JSON on stdout) holds the file paths and the largest absolute difference; the exit
+status is 1 when it exceeds --tolerance.
 """
 import argparse
+import dataclasses
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 BLOCKS = ('multi_head_attention', 'dot_product', 'additive', 'bert_encoder')
+SHAPES = ((2, 12), (3, 7), (1, 16))          # (B, T): the first builds the exported graph
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('--block', choices=BLOCKS, default='multi_head_attention')
-    p.add_argument('--squad-run', default=None,
-                   help='a run_squad.py --output-dir: export its last checkpoint instead')
-    p.add_argument('--output-prefix', default='runs/export/model')
-    p.add_argument('--tolerance', type=float, default=1e-5)
-    p.add_argument('--threads', type=int, default=0)
-    p.add_argument('--seed', type=int, default=0)
-    return p.parse_args(argv)
+def _config_class():
+    from gluon_attention.tasks.config import option
+
+    @dataclasses.dataclass
+    class ExportConfig:
+        """What to export, where, and how close the reload must be."""
+        block: str = option('multi_head_attention', 'library block to export with fresh '
+                            'parameters', choices=BLOCKS)
+        squad_run: str = option('', 'a run_squad.py --output-dir: export its last checkpoint '
+                                "instead ('': none)")
+        output_prefix: str = option('runs/export/model', 'path prefix of the exported files')
+        tolerance: float = option(1e-5, 'largest accepted absolute difference between the '
+                                  'reloaded graph and the block')
+        threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
+        seed: int = option(0, 'seed of the random parameters and inputs')
+    return ExportConfig
 
 
-def _inputs(np, block_name, batch, length):
-    """Random inputs for a block at a given batch size and length (all positional)."""
-    rng = np.random
-    if block_name == 'bert_encoder' or block_name == 'squad':
+def _inputs(rng, block_name, batch, length):
+    """Positional NumPy inputs of a block at one batch size and length, with their names."""
+    if block_name in ('bert_encoder', 'squad'):
         ids = rng.randint(1000, 2000, size=(batch, length)).astype('int32')
-        types = np.zeros((batch, length), dtype='int32')
-        valid = np.array([length - i % length for i in range(batch)], dtype='int32')
+        types = rng.randint(0, 2, size=(batch, length)).astype('int32')
+        valid = (length - rng.randint(0, length, size=batch)).astype('int32')
         if block_name == 'bert_encoder':
-            return [ids, types, valid]
-        p_mask = (np.arange(length)[None, :] < valid[:, None]).astype('float32')
-        return [ids, types, valid, p_mask]
+            return ['token_ids', 'token_types', 'valid_length'], [ids, types, valid]
+        p_mask = (rng.uniform(size=(batch, length)) < 0.8).astype('float32')
+        return ['token_ids', 'token_types', 'valid_length', 'p_mask'], [ids, types, valid, p_mask]
     query = rng.normal(size=(batch, length, 24)).astype('float32')
     memory = rng.normal(size=(batch, length + 3, 24)).astype('float32')
-    valid = np.array([length + 3 - i % (length + 3) for i in range(batch)], dtype='int32')
-    return [query, memory, memory, valid]
+    valid = (length + 3 - rng.randint(0, length + 3, size=batch)).astype('int32')
+    return ['query', 'key', 'value', 'valid_length'], [query, memory, memory, valid]
 
 
-def _build(args, ga, mx):
-    if args.squad_run:
+def _build(config):
+    """The block to export and the name of its input kind."""
+    import gluon_attention as ga
+    if config.squad_run:
         from gluon_attention.models.qa import ModelForQAConditional, QAInference
         from gluon_attention.tasks.training import CheckpointManager
-        model = ModelForQAConditional(ga.BertEncoder.from_pretrained())
-        entry = CheckpointManager(os.path.join(args.squad_run, 'checkpoints')).latest()
+        folder = os.path.join(config.squad_run, 'checkpoints')
+        entry = CheckpointManager(folder).latest() if os.path.isdir(folder) else None
         if entry is None:
-            raise SystemExit('no intact checkpoint in {}/checkpoints'.format(args.squad_run))
+            raise SystemExit('export_inference.py: error: no intact checkpoint in ' + folder)
+        model = ModelForQAConditional(ga.BertEncoder.from_pretrained())
         model.initialize()
-        model.load_parameters(os.path.join(args.squad_run, 'checkpoints',
-                                           entry['files']['params']['file']))
+        model.load_parameters(os.path.join(folder, entry['files']['params']['file']))
         return QAInference(model), 'squad'
     block = {'multi_head_attention': lambda: ga.MultiHeadAttention(24, 4),
              'dot_product': ga.DotProductAttention,
              'additive': lambda: ga.AdditiveAttention(16),
-             'bert_encoder': ga.BertEncoder.from_pretrained}[args.block]()
+             'bert_encoder': ga.BertEncoder.from_pretrained}[config.block]()
     block.initialize()
-    return block, args.block
+    return block, config.block
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    from gluon_attention.tasks.common import set_threads
-    set_threads(args.threads)
+    """Export, reload, compare; print the report and return the exit status."""
     import mxnet as mx
     import numpy as onp
-    import gluon_attention as ga
-    from gluon_attention.tasks.export import export_block
+    from gluon_attention.tasks.config import add_arguments, from_args
+    from gluon_attention.tasks.export import export_and_check
+    config_class = _config_class()
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split('\n\n', 1)[1])
+    config = from_args(config_class, add_arguments(parser, config_class).parse_args(argv))
     mx.npx.set_np()
-    onp.random.seed(args.seed)
-    block, name = _build(args, ga, mx)
-    block.hybridize(static_alloc=True)
-    export_inputs = _inputs(onp, name, 2, 12)
-    block(*[mx.np.array(x, dtype=x.dtype) for x in export_inputs])
-    names = ['input%d' % i for i in range(len(export_inputs))]
-    paths = export_block(block, args.output_prefix, names, [str(x.dtype) for x in export_inputs])
-    check_inputs = _inputs(onp, name, 3, 7)                 # another batch size and length
-    expected = block(*[mx.np.array(x, dtype=x.dtype) for x in check_inputs])
-    expected = [o.asnumpy() for o in (expected if isinstance(expected, (list, tuple))
-                                      else [expected])]
-    with tempfile.TemporaryDirectory() as tmp:
-        onp.savez(os.path.join(tmp, 'in.npz'),
-                  **{'batch0/%s' % n: x for n, x in zip(names, check_inputs)})
-        subprocess.run([sys.executable, '-m', 'gluon_attention.export', args.output_prefix,
-                        os.path.join(tmp, 'in.npz'), os.path.join(tmp, 'out.npz')], check=True)
-        with onp.load(os.path.join(tmp, 'out.npz')) as out:
-            got = [out['batch0/out%d' % j] for j in range(len(expected))]
-    diff = max(float(onp.abs(e.astype('float64') - g).max()) for e, g in zip(expected, got))
-    report = dict(paths, block=name, max_abs_diff=diff, tolerance=args.tolerance,
-                  ok=diff <= args.tolerance)
+    mx.random.seed(config.seed)
+    block, name = _build(config)
+    rng = onp.random.RandomState(config.seed)
+    batches = [_inputs(rng, name, batch, length)[1] for batch, length in SHAPES]
+    names = _inputs(rng, name, 1, 1)[0]
+    _, report = export_and_check(block, config.output_prefix, batches, names,
+                                 [str(x.dtype) for x in batches[0]])
+    report.update(block=name, tolerance=config.tolerance,
+                  ok=report['max_abs_diff'] <= config.tolerance)
     print(json.dumps(report, indent=2))
     return 0 if report['ok'] else 1
 
 
 if __name__ == '__main__':
+    # --threads must reach OMP_NUM_THREADS before MXNet starts (importing gluon_attention does)
+    EARLY = argparse.ArgumentParser(add_help=False)
+    EARLY.add_argument('--threads', type=int, default=0)
+    os.environ['OMP_NUM_THREADS'] = str(EARLY.parse_known_args()[0].threads or os.cpu_count())
     sys.exit(main())

@@ -1,18 +1,11 @@
-"""Decomposable attention (gluon_attention.nli), SNLI readers and scripts/train_nli.py.
+"""Decomposable attention (gluon_attention.models.nli): Attend, Compare, Aggregate and the model.
 
-Three kinds of checks: parity of the masked alignment with a float64 NumPy oracle (forward and
-gradients, padding on both sides), properties (masked weights 0, padded rows 0, padding invariance,
-imperative == hybridized == exported), and the real data files (counts from shared/data/README.md).
+Two kinds of checks: parity of the masked alignment with a float64 NumPy oracle (forward and
+gradients, padding on both sides) and properties (masked weights 0, padded rows 0, padding
+invariance, imperative == hybridized == exported). The SNLI data tests are in
+tests/data/test_snli.py, the job's in tests/scripts/test_train_nli.py.
 Sizes are distinct (B=2, L_A=5, L_B=3, C=7, H=11) so a swapped axis cannot pass.
 """
-import gzip
-import hashlib
-import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import mxnet as mx
 import numpy as onp
 import pytest
@@ -23,17 +16,7 @@ import reference_nli as ref
 from conftest import HYBRID_TOL, hybridize_mode, tol
 from reference import numeric_grad
 from gluon_attention import DecomposableAttention
-from gluon_attention.data import snli
-from gluon_attention.data.glove import load_glove_embedding, read_glove
 from gluon_attention.models.nli import Aggregate, Attend, Compare
-
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / 'shared' / 'data'
-JSONL_A = SHARED / 'snli' / 'jsonl' / 'snli_1.0_dev_subsetA_1289.jsonl'
-JSONL_B = SHARED / 'snli' / 'jsonl' / 'snli_1.0_dev_subsetB_1277.jsonl'
-LINES = SHARED / 'snli' / 'esnli_infersent_format'
-GLOVE = SHARED / 'embeddings'
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason='shared data folder not present')
 
 BATCH, L_A, L_B, C, H = 2, 5, 3, 7, 11
 
@@ -257,154 +240,3 @@ def test_hybridize_export_reload_any_shape(tmp_path):
         assert isinstance(out, mx.np.ndarray)
         onp.testing.assert_allclose(out.asnumpy(), w, rtol=0, atol=HYBRID_TOL)
         onp.testing.assert_array_equal(reloaded(*x).asnumpy(), out.asnumpy())
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@needs_shared
-def test_jsonl_reader_counts_and_skips_dash():
-    a, b = snli.read_snli(JSONL_A), snli.read_snli(JSONL_B)
-    assert (len(a), a.num_skipped) == (1273, 16)
-    assert a.label_counts() == {'entailment': 433, 'neutral': 421, 'contradiction': 419}
-    assert (len(b), b.num_skipped) == (1254, 23)
-    assert b.label_counts() == {'entailment': 405, 'neutral': 429, 'contradiction': 420}
-    assert not JSONL_A.read_bytes().endswith(b'\n')          # the last line has no newline
-
-
-@needs_shared
-def test_line_format_reader_counts_and_prefix_forms():
-    pairs = snli.read_snli(LINES / 'dev')
-    assert len(pairs) == 9842 and pairs.num_skipped == 0
-    assert pairs.label_counts() == {'entailment': 3329, 'contradiction': 3278, 'neutral': 3235}
-    same = snli.read_snli(LINES / 's1.dev')
-    assert same.premises == pairs.premises and same.labels == pairs.labels
-    with pytest.raises(ValueError, match='Received: missing='):
-        snli.read_snli(LINES / 'test')
-
-
-@needs_shared
-def test_default_split_removes_exactly_the_validation_pairs():
-    valid = snli.concat_pairs([snli.read_snli(JSONL_A), snli.read_snli(JSONL_B)])
-    train, removed = snli.remove_overlap(snli.read_snli(LINES / 'dev'), valid)
-    assert (len(valid), valid.num_skipped, removed, len(train)) == (2527, 39, 2527, 7315)
-
-
-@needs_shared
-def test_packaged_resources_are_the_shared_originals():
-    paths = snli.default_paths()
-    for path in [paths['glove'], *paths['valid']] + [paths['train'].parent / (k + '.dev') for k in ('s1', 's2', 'labels')]:
-        origin = (LINES if path.name.endswith('.dev') else
-                  GLOVE if path.name.startswith('glove') else JSONL_A.parent) / path.name
-        assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(origin.read_bytes()).digest()
-    assert (paths['train'].parent / 'README.md').is_file()
-
-
-def test_tokenize_and_normalize_agree_across_formats():
-    raw = 'The man\'s dog isn\'t "happy".'
-    ptb = "The man 's dog is n't `` happy '' . "
-    assert snli.tokenize(raw) == snli.tokenize(ptb) == [
-        'the', 'man', "'s", 'dog', 'is', "n't", '"', 'happy', '"', '.']
-    assert snli.normalize_text(raw) == snli.normalize_text(ptb) == 'themansdogisnthappy'
-
-
-def test_vocab_encode_bucket_and_pad(tmp_path):
-    pairs = snli.NLIPairs(['a b c', 'a', 'b b d e f g'], ['a', 'c c', 'q'], [0, 1, 2])
-    vocab = snli.Vocab.from_pairs(pairs, min_count=2)
-    assert vocab.idx_to_token[:2] == ['<pad>', '<unk>'] and set(vocab.idx_to_token[2:]) == {'a', 'b', 'c'}
-    vocab.save(tmp_path / 'v.json')
-    assert snli.Vocab.load(tmp_path / 'v.json').idx_to_token == vocab.idx_to_token
-    encoded = snli.encode_pairs(pairs, vocab, max_length=4)
-    assert [len(x) for x in encoded[0]] == [3, 1, 4] and encoded[0][2].dtype == onp.int32
-    batches = list(snli.iter_batches(encoded, 2, onp.random.default_rng(0)))
-    assert sorted(onp.concatenate([b.index for b in batches]).tolist()) == [0, 1, 2]
-    for b in batches:
-        assert b.premise.shape == (len(b.index), b.premise_valid_length.max())
-        assert (b.premise[0, b.premise_valid_length[0]:] == vocab.pad_id).all()
-
-
-def test_classification_metrics_by_hand():
-    m = snli.classification_metrics([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 2, 0], baseline_label=0)
-    assert m['accuracy'] == pytest.approx(4 / 6)
-    assert m['confusion_matrix'] == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
-    assert m['per_class']['contradiction'] == {'precision': 0.5, 'recall': 1.0, 'f1': pytest.approx(2 / 3), 'support': 1}
-    assert m['majority_baseline'] == {'label': 'entailment', 'accuracy': pytest.approx(2 / 6)}
-
-
-@needs_shared
-def test_glove_plain_and_gz_agree_and_fill_the_embedding():
-    plain = read_glove(GLOVE / 'glove.6B.100d.sample.derived.txt')
-    packed = read_glove(GLOVE / 'glove.6B.100d.sample.txt.gz')
-    assert len(plain) == len(packed) == 100 and list(plain)[:3] == ['the', ',', '.']
-    assert all((plain[w] == packed[w]).all() and plain[w].shape == (100,) for w in plain)
-    embedding = nn.Embedding(4, 100)
-    embedding.initialize()
-    before = embedding.weight.data().asnumpy()
-    report = load_glove_embedding(embedding, GLOVE / 'glove.6B.100d.sample.txt.gz',
-                                  ['<pad>', '<unk>', 'the', 'zyzzyva'], {'the': 3, 'zyzzyva': 1})
-    after = embedding.weight.data().asnumpy()
-    assert (report['found'], report['coverage'], report['token_coverage']) == (1, 0.25, 0.75)
-    onp.testing.assert_array_equal(after[2], plain['the'])
-    onp.testing.assert_array_equal(after[[0, 1, 3]], before[[0, 1, 3]])
-    with pytest.raises(ValueError, match=r'Received: weight.shape=\(4, 7\)'):
-        small = nn.Embedding(4, 7)
-        small.initialize()
-        load_glove_embedding(small, GLOVE / 'glove.6B.100d.sample.txt.gz', ['<pad>', '<unk>', 'a', 'b'])
-
-
-def test_glove_ragged_line_raises(tmp_path):
-    path = tmp_path / 'bad.txt.gz'
-    with gzip.open(path, 'wt') as handle:
-        handle.write('a 1 2 3\nb 1 2\n')
-    with pytest.raises(ValueError, match='Received: values on line 2=2'):
-        read_glove(path)
-
-
-# ----------------------------------------------------------------------------- script
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location('train_nli', ROOT / 'scripts' / 'train_nli.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_script_help_runs_without_mxnet_work():
-    out = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'train_nli.py'), '--help'],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
-    assert '--plot-attention' in out and '--evaluate' in out and 's1.dev' in out
-
-
-def test_script_smoke_train_export_evaluate_predict_plot(tmp_path, capsys):
-    script = load_script()
-    common = ['--threads', '1', '--no-progress', '--model-dir', str(tmp_path / 'run')]
-    train = common + ['--max-train', '160', '--epochs', '2', '--max-steps', '3', '--batch-size', '16',
-                      '--embed-size', '100', '--num-hiddens', '8', '--seed', '7', '--glove', 'sample']
-    metrics = script.main(train)
-    saved = json.loads((tmp_path / 'run' / 'metrics.json').read_text())
-    assert saved['accuracy'] == metrics['accuracy'] and saved['data']['train_pairs'] == 160
-    assert saved['data']['removed_overlap'] == 2527 and saved['num_examples'] == 2527
-    assert saved['export']['same_predictions'] and saved['export']['max_abs_logit_diff'] < 1e-5
-    assert saved['glove']['found'] > 0 and len(saved['confusion_matrix']) == 3
-    assert (tmp_path / 'run' / 'model-symbol.json').is_file() and not list((tmp_path / 'run').glob('*.tmp'))
-    # the same seed repeats the run exactly (reseeded from (seed, step)); a small validation file
-    packaged = ROOT / 'gluon_attention' / 'resources' / 'snli' / JSONL_A.name
-    lines = packaged.read_text(encoding='utf-8').splitlines()[:40]
-    (tmp_path / 'small.jsonl').write_text('\n'.join(lines), encoding='utf-8')
-    small = train[len(common):] + ['--valid', str(tmp_path / 'small.jsonl'), '--glove', 'none']
-    runs = [script.main(common[:-1] + [str(tmp_path / name)] + small) for name in ('a', 'b')]
-    losses = [[h['train_loss'] for h in run['history']] for run in runs]
-    assert losses[0] == losses[1] and runs[0]['accuracy'] == runs[1]['accuracy']
-
-    folder = tmp_path / 'lines'
-    folder.mkdir()
-    for kind in ('s1', 's2', 'labels'):
-        packaged_lines = ROOT / 'gluon_attention' / 'resources' / 'snli' / (kind + '.dev')
-        rows = packaged_lines.read_text(encoding='utf-8').splitlines()[:30]
-        (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
-    evaluated = script.main(common + ['--evaluate', str(folder / 'tiny')])
-    assert evaluated['num_examples'] == 30 and (tmp_path / 'run' / 'eval_metrics.json').is_file()
-    probabilities = script.main(common + ['--predict', 'A dog runs.', 'An animal moves.'])
-    assert set(probabilities) == set(snli.LABELS) and sum(probabilities.values()) == pytest.approx(1, abs=1e-5)
-    assert script.main(common + ['--plot-attention', '2']).stat().st_size > 1000

@@ -1,0 +1,139 @@
+"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli): the command line (every flag
+with its default, the --ctx grammar), one tiny run through every mode (train, export check,
+run_config.json, evaluate, predict, plot) and the resumption of an interrupted run.
+
+Tiny settings (160 training pairs, at most 3 updates of 16 pairs, hidden size 8) keep each run to
+a few seconds; the script is loaded as a module and called in this process.
+"""
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gluon_attention.data import snli
+from gluon_attention.tasks import common, nli
+from gluon_attention.tasks.config import read_run_config
+from gluon_attention.tasks.nli_config import NLIConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGED = ROOT / 'gluon_attention' / 'resources' / 'snli'
+TINY = ['--threads', '1', '--no-progress', '--max-train', '160', '--epochs', '2', '--max-steps',
+        '3', '--batch-size', '16', '--num-hiddens', '8', '--seed', '7']
+
+
+@pytest.fixture(scope='module')
+def script():
+    spec = importlib.util.spec_from_file_location('train_nli', ROOT / 'scripts' / 'train_nli.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _without_run_specifics(metrics):
+    """The metrics less what differs between two runs of the same options: wall times and the
+    export path."""
+    metrics = json.loads(json.dumps(metrics))
+    del metrics['train_wall_time_s'], metrics['export']['prefix']
+    for record in metrics['history']:
+        del record['elapsed_s']
+    return metrics
+
+
+def _small_valid(tmp_path, count=40):
+    """The first ``count`` lines of a packaged jsonl subset, as a validation file."""
+    lines = (PACKAGED / 'snli_1.0_dev_subsetA_1289.jsonl').read_text(encoding='utf-8')
+    path = tmp_path / 'small.jsonl'
+    path.write_text('\n'.join(lines.splitlines()[:count]), encoding='utf-8')
+    return str(path)
+
+
+def test_help_lists_every_flag_with_its_default(script, capsys):
+    with pytest.raises(SystemExit) as info:
+        script.main(['--help'])
+    assert info.value.code == 0
+    text = ' '.join(capsys.readouterr().out.split())
+    actions = [a for a in script.build_parser()._actions if a.dest != 'help']
+    assert {a.dest for a in actions} >= {f.name for f in dataclasses.fields(NLIConfig)}
+    for action in actions:
+        assert action.option_strings[0] in text
+        assert '(default: {}'.format('' if action.default in ('', None) else action.default) \
+            in ' '.join(action.help.split()), action.dest
+    for field in dataclasses.fields(NLIConfig):
+        assert '(default: {})'.format(field.default) in text, field.name
+
+
+@pytest.mark.parametrize('ctx', ['gpu0', 'cpu,cpu'])
+def test_ctx_outside_the_grammar_is_refused_naming_the_accepted_forms(script, capsys, tmp_path,
+                                                                     ctx):
+    with pytest.raises(SystemExit) as info:
+        script.main(['--ctx', ctx, '--output-dir', str(tmp_path / 'out')])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and common.CTX_FORMS in err and 'Received: ctx=' in err
+    assert not (tmp_path / 'out').exists()
+
+
+def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script, tmp_path):
+    out = tmp_path / 'run'
+    metrics = script.main(TINY + ['--output-dir', str(out), '--glove', 'sample'])
+    saved = json.loads((out / 'metrics.json').read_text())
+    assert saved == json.loads(json.dumps(metrics)) and saved['data']['train_pairs'] == 160
+    assert saved['data']['removed_overlap'] == 2527 and saved['num_examples'] == 2527
+    assert saved['export']['same_predictions'] and saved['export']['max_abs_logit_diff'] < 1e-5
+    assert saved['export']['num_batches'] == 10 and saved['history'][-1]['steps'] == 3
+    assert saved['glove']['found'] > 0 and len(saved['confusion_matrix']) == 3
+    config = read_run_config(out, NLIConfig)
+    assert config == NLIConfig(max_train=160, epochs=2, max_steps=3, batch_size=16, num_hiddens=8,
+                               seed=7, glove='sample', threads=1, progress=False,
+                               output_dir=str(out))
+    assert json.loads((out / 'config.json').read_text())['model'] == {
+        'embed_size': 100, 'num_hiddens': 8, 'dropout': 0.2}
+    spec = json.loads((out / 'model-inputs.json').read_text())
+    assert spec['input_names'] == nli.INPUT_NAMES and spec['input_dtypes'] == ['int32'] * 4
+    assert not [p for p in out.rglob('*') if '.tmp' in p.name]
+
+    folder = tmp_path / 'lines'
+    folder.mkdir()
+    for kind in ('s1', 's2', 'labels'):
+        rows = (PACKAGED / (kind + '.dev')).read_text(encoding='utf-8').splitlines()[:30]
+        (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
+    common_args = ['--threads', '1', '--output-dir', str(out)]
+    evaluated = script.main(common_args + ['--evaluate', str(folder / 'tiny')])
+    assert evaluated['num_examples'] == 30
+    assert json.loads((out / 'eval_metrics.json').read_text()) == json.loads(
+        json.dumps(evaluated))
+    probabilities = script.main(common_args + ['--predict', 'A dog runs.', 'An animal moves.'])
+    assert set(probabilities) == set(snli.LABELS)
+    assert sum(probabilities.values()) == pytest.approx(1, abs=1e-6)
+    assert Path(script.main(common_args + ['--plot-attention', '2'])).stat().st_size > 1000
+
+
+def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupted_run(
+        script, tmp_path, monkeypatch, capsys):
+    """The run stops right after its first epoch's checkpoint (as if killed there); rerun with the
+    same options it restores parameters and Adam state and ends with the straight run's metrics.
+    A rerun with other training options is refused before anything is written."""
+    args = TINY + ['--valid', _small_valid(tmp_path), '--max-steps', '0', '--max-train', '48']
+    straight = script.main(args + ['--output-dir', str(tmp_path / 'straight')])
+    real_save = nli.CheckpointManager.save
+
+    def save_then_die(self, *a, **k):
+        real_save(self, *a, **k)
+        raise KeyboardInterrupt('killed after the checkpoint')
+    monkeypatch.setattr(nli.CheckpointManager, 'save', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        script.main(args + ['--output-dir', str(tmp_path / 'killed')])
+    monkeypatch.setattr(nli.CheckpointManager, 'save', real_save)
+    assert not (tmp_path / 'killed' / 'metrics.json').exists()
+    capsys.readouterr()
+    resumed = script.main(args + ['--output-dir', str(tmp_path / 'killed')])
+    assert 'resuming after epoch 1 (step 3)' in capsys.readouterr().out
+    assert [h['steps'] for h in straight['history']] == [3, 6]
+    assert _without_run_specifics(resumed) == _without_run_specifics(straight)
+
+    before = {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir() if p.is_file()}
+    with pytest.raises(SystemExit, match=r'other options.*Received: options=\[.lr.\]'):
+        script.main(args + ['--output-dir', str(tmp_path / 'killed'), '--lr', '0.01'])
+    assert {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir()
+            if p.is_file()} == before
