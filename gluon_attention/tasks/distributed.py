@@ -251,6 +251,8 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
     if entry is not None:
         manager.restore(entry, net, engine, engine.contexts)
         begin, earlier = entry['step'], float(entry['meta'].get('train_seconds', 0.0))
+        if engine.is_chief:
+            print('resuming from step {} of {}'.format(begin, len(batches)), flush=True)
     schedule = schedule or (lambda s, n: linear_warmup_decay(s, n, config.lr, config.warmup_ratio))
     started, seconds = time.time(), earlier
     for step in range(begin, len(batches)):
