@@ -7,7 +7,8 @@ Either a library block with fresh parameters (``--block``) or the fine-tuned SQu
 exported, reloaded with ``SymbolBlock.imports`` (no gluon_attention class involved) and compared
 with the block on that batch and on batches of other sizes and lengths (B=3, T=7 and B=1, T=16).
 The report (JSON on stdout) holds the file paths and the largest absolute difference; the exit
-status is 1 when it exceeds --tolerance.
+status is 1 when it exceeds --tolerance. With --format onnx the export is also converted to
+<output-prefix>.onnx and run in ONNX Runtime on the same batches (``onnx`` in the report).
 """
 import argparse
 import dataclasses
@@ -17,6 +18,11 @@ import sys
 
 BLOCKS = ('multi_head_attention', 'dot_product', 'additive', 'bert_encoder')
 SHAPES = ((2, 12), (3, 7), (1, 16))          # (B, T): the first builds the exported graph
+# --format onnx: each input's axes (names are free axes, ints fixed sizes)
+ONNX_AXES = {'token_ids': ('batch', 'sequence'), 'token_types': ('batch', 'sequence'),
+             'valid_length': ('batch',), 'p_mask': ('batch', 'sequence'),
+             'query': ('batch', 'query_length', 24), 'key': ('batch', 'memory_length', 24),
+             'value': ('batch', 'memory_length', 24)}
 
 
 def _config_class():
@@ -34,6 +40,9 @@ def _config_class():
                                   'reloaded graph and the block')
         threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
         seed: int = option(0, 'seed of the random parameters and inputs')
+        format: str = option('mxnet', "'onnx': also write <output-prefix>.onnx (opset 13) and "
+                             'compare ONNX Runtime with the block on every batch',
+                             choices=('mxnet', 'onnx'))
     return ExportConfig
 
 
@@ -96,6 +105,11 @@ def main(argv=None):
                                  [str(x.dtype) for x in batches[0]])
     report.update(block=name, tolerance=config.tolerance,
                   ok=report['max_abs_diff'] <= config.tolerance)
+    if config.format == 'onnx':
+        from gluon_attention.tasks.onnx import check_onnx
+        report['onnx'] = check_onnx(block, config.output_prefix, batches,
+                                    [ONNX_AXES[n] for n in names])
+        report['ok'] &= report['onnx']['max_abs_diff'] <= config.tolerance
     print(json.dumps(report, indent=2))
     return 0 if report['ok'] else 1
 
