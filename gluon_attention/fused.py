@@ -4,4 +4,4 @@ Exported ``-inputs.json`` files name ``gluon_attention.fused.library_path()``; t
 that path (and ``available()``) working.
 """
 from .core.fused import (OP_NAME, available, build, fused_dot_attn, library_path,  # noqa: F401
-                         load, load_error, resolve)
+                         load, load_error, resolve, isa, cpu_features)

@@ -2,18 +2,21 @@
 
 :func:`fused_dot_attn` computes the context of
 :func:`~gluon_attention.functional.multi_head_dot_attn` with key-padding lengths, without ever
-holding the (B, K, L_q, L_m) scores or weights: for each (batch, head) and block of 96 query
-rows the scores stay in a per-thread buffer, the softmax runs over the valid keys only, and the
-result is multiplied by the values; the backward pass recomputes each block's weights from the
-saved log-sum-exp (the FlashAttention scheme, Dao et al. 2022, arXiv:2205.14135). The matrix
-products use packed panels and an AVX2/FMA register tile.
+holding the (B, K, L_q, L_m) scores or weights: for each (batch, head), panels of query rows
+meet blocks of keys with an online softmax over the valid keys only, the scores staying in a
+per-thread buffer; the backward pass recomputes each block's weights from the saved
+log-sum-exp (the FlashAttention scheme, Dao et al. 2022, arXiv:2205.14135). The matrix
+products run on register tiles for the CPU's instruction set: AVX-512 (F/BW/DQ/VL) where the
+CPU has it, AVX2/FMA otherwise, chosen once when the library loads (:func:`isa` says which;
+``GA_FUSED_ISA=avx2`` forces the AVX2 path, e.g. to compare them).
 
 The kernel is an MXNet 1.9.1 *custom operator library* (``mx.library.load``), operator
-``ga_fused_attention``, compiled from ``gluon_attention/core/csrc/fused_attention.cc`` against the
-headers shipped in the ``mxnet`` wheel by ``make venv`` (``python -m gluon_attention
-fused-build``). Importing :mod:`gluon_attention` loads it when it has been built; :func:`available`
-says whether it is. Graphs exported with it name that operator: load them after
-``import gluon_attention`` (or ``mx.library.load(gluon_attention.fused.library_path())``).
+``ga_fused_attention``, compiled from ``gluon_attention/core/csrc/`` (the operator, one kernel
+file per instruction set, each with its own compiler flags) against the headers shipped in the
+``mxnet`` wheel by ``make venv`` (``python -m gluon_attention fused-build``). Importing
+:mod:`gluon_attention` loads it when it has been built; :func:`available` says whether it is.
+Graphs exported with it name that operator: load them after ``import gluon_attention`` (or
+``mx.library.load(gluon_attention.fused.library_path())``).
 
 Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
@@ -25,6 +28,7 @@ them scaled x1000; the composed path, which stores the weights, stays closer the
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
+import ctypes
 import math
 import os
 import pathlib
@@ -39,10 +43,19 @@ from .. import _checks
 from .masking import get_F
 
 __all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve']
+           'resolve', 'isa', 'cpu_features']
 
 OP_NAME = 'ga_fused_attention'
-_SOURCE = pathlib.Path(__file__).parent / 'csrc' / 'fused_attention.cc'
+_CSRC = pathlib.Path(__file__).parent / 'csrc'
+# The operator (built for any x86-64 CPU) and one kernel file per instruction set, each with its
+# own flags: code compiled for AVX-512 must never run on an AVX2-only CPU.
+_UNITS = (('fused_attention.cc', ()),
+          ('kernel_avx2.cc', ('-mavx2', '-mfma')),
+          ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
+                                '-mfma')))
+_ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512'}
+ISA_ENV = 'GA_FUSED_ISA'
+_ISA_CHOICES = ('auto', 'avx512', 'avx2')
 _STATE = {'loaded': False, 'error': None}
 
 
@@ -56,11 +69,66 @@ def _mxnet_dirs():
     return root / 'include', root / 'src' / 'lib_api.cc'
 
 
+def _up_to_date(target):
+    """The library is newer than every file of csrc/ (sources, headers, included bodies)."""
+    if not target.exists():
+        return False
+    newest = max(p.stat().st_mtime for p in _CSRC.iterdir() if p.is_file())
+    return target.stat().st_mtime >= newest
+
+
+def _compile_all(compiler, include, lib_api, workdir):
+    """Compile every unit to an object file in ``workdir`` (two at a time); returns their paths.
+
+    Raises FileNotFoundError when the compiler cannot run, RuntimeError when it fails."""
+    base = [compiler, '-c', '-fPIC', '-O3', '-std=c++17', '-pthread', '-I', str(include)]
+    jobs = [(str(_CSRC / name), flags) for name, flags in _UNITS] + [(str(lib_api), ())]
+    objects, running = [], []
+    for i, (source, flags) in enumerate(jobs):
+        obj = os.path.join(workdir, '{}.o'.format(i))
+        cmd = base + list(flags) + [source, '-o', obj]
+        try:
+            running.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, text=True)))
+        except OSError as err:           # the compiler cannot be run at all
+            for _, proc in running:
+                proc.wait()
+            raise FileNotFoundError('cannot run the C++ compiler {!r}: {}'.format(
+                compiler, err)) from None
+        objects.append(obj)
+        if len(running) == 2 or i == len(jobs) - 1:
+            for cmd_done, proc in running:
+                _, err = proc.communicate()
+                if proc.returncode:
+                    raise RuntimeError('building the fused attention kernel failed:\n{}\n{}'
+                                       .format(' '.join(cmd_done), err[-4000:]))
+            running = []
+    return objects
+
+
+def _check_isa_object(obj, namespace):
+    """An instruction-set object may define no weak (linker-shared) symbol outside its own
+    namespace: the linker could pick its AVX-512 copy of an inline or template function for
+    the AVX2 path. Skipped without ``nm``."""
+    nm = shutil.which('nm')
+    if not nm:
+        return
+    listing = subprocess.run([nm, obj], capture_output=True, text=True, check=False).stdout
+    shared = [line.split()[-1] for line in listing.splitlines()
+              if len(line.split()) == 3 and line.split()[1] in 'WVu' and
+              namespace not in line.split()[-1]]
+    if shared or '_GLOBAL__sub_I' in listing:
+        raise RuntimeError('building the fused attention kernel failed: {} shares code with '
+                           'the other instruction sets or runs code at load: {}'.format(
+                               obj, ', '.join(shared[:5]) or 'a static initializer'))
+
+
 def build(compiler=None, force=False, quiet=False):
-    """Compile the kernel library (a few tens of seconds); returns its path.
+    """Compile the kernel library (about a minute); returns its path.
 
     The build writes to a temporary file and renames it into place, so an interrupted build
-    never leaves a broken library behind.
+    never leaves a broken library behind. It is skipped when the library is newer than every
+    file of ``csrc/``.
 
     Raises
     ------
@@ -70,7 +138,7 @@ def build(compiler=None, force=False, quiet=False):
         The compiler failed (its output is in the message).
     """
     target = library_path()
-    if target.exists() and not force and target.stat().st_mtime >= _SOURCE.stat().st_mtime:
+    if not force and _up_to_date(target):
         return target
     compiler = compiler or os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
     if not compiler:
@@ -81,39 +149,51 @@ def build(compiler=None, force=False, quiet=False):
         raise FileNotFoundError('the mxnet package has no lib_api.h / lib_api.cc under {}'
                                 .format(include.parent))
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix='.so', dir=str(target.parent))
-    os.close(fd)
-    cmd = [compiler, '-shared', '-fPIC', '-O3', '-mavx2', '-mfma', '-std=c++17', '-pthread',
-           '-I', str(include), str(_SOURCE), str(lib_api), '-o', tmp]
     if not quiet:
         print('building', target.name, '...', file=sys.stderr)
-    try:
+    with tempfile.TemporaryDirectory(dir=str(target.parent)) as workdir:
+        objects = _compile_all(compiler, include, lib_api, workdir)
+        for (name, _), obj in zip(_UNITS, objects):
+            if name in _ISA_NAMESPACE:
+                _check_isa_object(obj, _ISA_NAMESPACE[name])
+        tmp = os.path.join(workdir, target.name)
+        cmd = [compiler, '-shared', '-pthread'] + objects + ['-o', tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except OSError as err:                  # the compiler cannot be run at all
-        os.unlink(tmp)
-        raise FileNotFoundError('cannot run the C++ compiler {!r}: {}'.format(compiler, err)) \
-            from None
-    if proc.returncode:
-        os.unlink(tmp)
-        raise RuntimeError('building the fused attention kernel failed:\n{}\n{}'.format(
-            ' '.join(cmd), proc.stderr[-4000:]))
-    os.replace(tmp, target)
+        if proc.returncode:
+            raise RuntimeError('linking the fused attention kernel failed:\n{}\n{}'.format(
+                ' '.join(cmd), proc.stderr[-4000:]))
+        os.replace(tmp, target)
     return target
 
 
-def _cpu_has_avx2():
-    try:
-        flags = pathlib.Path('/proc/cpuinfo').read_text()
-    except OSError:
-        return True
-    return ' avx2' in flags and ' fma' in flags
+def _query(path):
+    """(kernels chosen, CPU instruction sets) from the library, through ctypes."""
+    lib = ctypes.CDLL(str(path))
+    for name in ('ga_fused_isa', 'ga_fused_cpu_features'):
+        getattr(lib, name).restype = ctypes.c_char_p
+    return lib.ga_fused_isa().decode(), lib.ga_fused_cpu_features().decode()
+
+
+def _isa_problem(chosen, features):
+    """Why the kernels cannot run here (None when they can)."""
+    wanted = os.environ.get(ISA_ENV, '') or 'auto'
+    if wanted not in _ISA_CHOICES:
+        return '{} must be one of {}. Received: {}={!r}'.format(
+            ISA_ENV, ', '.join(_ISA_CHOICES), ISA_ENV, wanted)
+    if not chosen:
+        return ('the fused attention kernel needs a CPU with AVX2 and FMA{} (this one has: {}). '
+                'Received: {}={}'.format(', and AVX-512 F/BW/DQ/VL for avx512'
+                                         if wanted == 'avx512' else '',
+                                         features or 'none of them', ISA_ENV, wanted))
+    return None
 
 
 def load():
     """Load the kernel library into MXNet once; returns True when the operator is usable.
 
-    Never raises: when the library is missing (not built) or cannot be loaded, returns False
-    and :func:`load_error` says why.
+    The instruction set is chosen here, once per process: AVX-512 where the CPU has it, else
+    AVX2/FMA; ``GA_FUSED_ISA=avx2`` (or ``avx512``) forces one. Never raises: when the library
+    is missing (not built) or cannot be loaded, returns False and :func:`load_error` says why.
     """
     if _STATE['loaded']:
         return True
@@ -122,16 +202,34 @@ def load():
         _STATE['error'] = ('the fused attention kernel is not built: run `make venv` or '
                            '`python -m gluon_attention fused-build`')
         return False
-    if not _cpu_has_avx2():
-        _STATE['error'] = 'the fused attention kernel needs a CPU with AVX2 and FMA'
+    try:
+        chosen, features = _query(path)
+    except (OSError, AttributeError) as err:
+        _STATE['error'] = 'loading {} failed: {}'.format(path, err)
+        return False
+    problem = _isa_problem(chosen, features)
+    if problem:
+        _STATE['error'] = problem
         return False
     try:
         mx.library.load(str(path), verbose=False)
     except mx.base.MXNetError as err:
         _STATE['error'] = 'loading {} failed: {}'.format(path, str(err).splitlines()[0])
         return False
-    _STATE['loaded'], _STATE['error'] = True, None
+    _STATE.update(loaded=True, error=None, isa=chosen, features=features)
     return True
+
+
+def isa():
+    """The instruction set the kernel runs on: ``'avx512'`` or ``'avx2'`` (None when it is not
+    loadable, see :func:`load_error`). Chosen once per process, when the library is loaded."""
+    return _STATE['isa'] if load() else None
+
+
+def cpu_features():
+    """The instruction sets relevant to the kernel that this CPU has (avx2, fma, avx512f, ...,
+    amx-tile), as the loaded library found them; None when it is not loadable."""
+    return _STATE['features'] if load() else None
 
 
 def load_error():

@@ -1,0 +1,81 @@
+// The attention kernels for CPUs with AVX2 and FMA: vectors of 8 floats, 16 registers.
+// Compiled on its own with -mavx2 -mfma; the operator uses it when the CPU lacks AVX-512 (or
+// GA_FUSED_ISA=avx2 asks for it).
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel_api.h"
+
+namespace ga_avx2 {
+
+using ga::Kernels;
+using ga::Task;
+using ga::Workspace;
+using ga::ws_floats;
+
+constexpr const char* kIsaName = "avx2";
+typedef __m256 vf;
+typedef __m256 vmask;    // all-ones lanes where true
+constexpr int W = 8;
+// Tiles: scores 6 keys x 16 queries (12 accumulators), rows 4 x 24 channels (12).
+constexpr int SR = 6, QV = 2, RR = 4, CV = 3;
+constexpr int KB = 384, QB = 8;   // keys per block, query panels per block
+
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vset(float x) { return _mm256_set1_ps(x); }
+inline vf vld(const float* p) { return _mm256_loadu_ps(p); }
+inline void vst(float* p, vf x) { _mm256_storeu_ps(p, x); }
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline vmask vlive_n(int n) { return _mm256_castsi256_ps(lane_mask(n)); }
+inline vf vld_n(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+inline void vst_n(float* p, vf x, int n) { _mm256_maskstore_ps(p, lane_mask(n), x); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vfms(vf a, vf b, vf c) { return _mm256_fmsub_ps(a, b, c); }
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline float vhsum(vf x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float vhmax(vf x) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline vmask vlive(const int* lanes, int j) {
+  const __m256i len = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(len, _mm256_set1_epi32(j)));
+}
+inline vf vkeep(vmask m, vf x) { return _mm256_and_ps(m, x); }
+inline vf vkeep_or_ninf(vmask m, vf x) {
+  return _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), x, m);
+}
+inline vf vkeep_finite(vf x) {
+  return vkeep(_mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ), x);
+}
+
+inline vf vround(vf x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// p 2^n from the exponent bits (n >= -126 keeps them normal), 0 at the limit
+constexpr float kExp2Min = -126.0f;
+inline vf vldexp(vf p, vf n) {
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const vf at_min = _mm256_cmp_ps(n, _mm256_set1_ps(kExp2Min), _CMP_LE_OQ);
+  return _mm256_andnot_ps(at_min, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+#include "kernel_body.inc"
+
+}  // namespace ga_avx2
+
+const ga::Kernels& ga::kernels_avx2() { return ga_avx2::kKernels; }

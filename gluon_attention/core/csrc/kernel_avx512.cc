@@ -1,0 +1,64 @@
+// The attention kernels for CPUs with AVX-512 (F, BW, DQ, VL): vectors of 16 floats, 32
+// registers. Compiled on its own with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma; the
+// operator calls it only after checking the CPU for these (fused_attention.cc).
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel_api.h"
+
+namespace ga_avx512 {
+
+using ga::Kernels;
+using ga::Task;
+using ga::Workspace;
+using ga::ws_floats;
+
+constexpr const char* kIsaName = "avx512";
+typedef __m512 vf;
+typedef __mmask16 vmask;
+constexpr int W = 16;
+// Tiles: scores 12 keys x 32 queries (24 accumulators), rows 4 x 64 channels (16).
+constexpr int SR = 12, QV = 2, RR = 4, CV = 4;
+constexpr int KB = 384, QB = 4;   // keys per block, query panels per block
+
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vset(float x) { return _mm512_set1_ps(x); }
+inline vf vld(const float* p) { return _mm512_loadu_ps(p); }
+inline void vst(float* p, vf x) { _mm512_storeu_ps(p, x); }
+inline vmask vlive_n(int n) { return static_cast<vmask>((1u << n) - 1u); }
+inline vf vld_n(const float* p, int n) { return _mm512_maskz_loadu_ps(vlive_n(n), p); }
+inline void vst_n(float* p, vf x, int n) { _mm512_mask_storeu_ps(p, vlive_n(n), x); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline float vhsum(vf x) { return _mm512_reduce_add_ps(x); }
+inline float vhmax(vf x) { return _mm512_reduce_max_ps(x); }
+// lanes i with lanes[i] > j (key j is within row i's length)
+inline vmask vlive(const int* lanes, int j) {
+  return _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(lanes), _mm512_set1_epi32(j));
+}
+inline vf vkeep(vmask m, vf x) { return _mm512_maskz_mov_ps(m, x); }
+inline vf vkeep_or_ninf(vmask m, vf x) {
+  return _mm512_mask_mov_ps(_mm512_set1_ps(-__builtin_inff()), m, x);
+}
+// x where finite, 0 where -inf (a maximum over no key yet)
+inline vf vkeep_finite(vf x) {
+  return vkeep(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ), x);
+}
+
+inline vf vround(vf x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// p 2^n by vscalefps: 2^-160 p rounds to exactly 0
+constexpr float kExp2Min = -160.0f;
+inline vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
+
+#include "kernel_body.inc"
+
+}  // namespace ga_avx512
+
+const ga::Kernels& ga::kernels_avx512() { return ga_avx512::kKernels; }
