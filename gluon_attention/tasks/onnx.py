@@ -24,7 +24,11 @@ import warnings
 
 import mxnet as mx
 import numpy as onp
-import onnx
+try:
+    import onnx
+except ImportError as error:
+    raise ImportError('ONNX export needs onnx 1.13 (onnx<1.14) and onnxruntime: pip install '
+                      '"gluon_attention[onnx]"') from error
 from onnx import helper
 from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 
