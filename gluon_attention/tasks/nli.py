@@ -174,6 +174,7 @@ def _fit(config, ctx, encoded, valid_encoded, model, entry):
     return state['history']
 
 
+@mx.util.use_np
 def train(config, data=None):
     """Train on SNLI, keep the best epoch, export it, check the reload and write the metrics.
 
@@ -254,6 +255,7 @@ def _final_metrics(config, ctx, valid_encoded):
     return metrics
 
 
+@mx.util.use_np
 def evaluate(config, path, output=''):
     """Score the model of ``config.output_dir`` on the labelled pairs of ``path`` (either format).
 
@@ -278,6 +280,7 @@ def evaluate(config, path, output=''):
     return metrics
 
 
+@mx.util.use_np
 def predict(config, premise, hypothesis):
     """Class probabilities ``{label: p}`` (summing to 1) of one sentence pair; prints the label."""
     ctx = parse_ctx(config.ctx)[0]

@@ -117,6 +117,7 @@ def _import_pyplot():
     return plt
 
 
+@mx.util.use_np
 def plot_attention(config, count):
     """Heat maps of the premise-to-hypothesis alignment of the first ``count`` validation pairs.
 
