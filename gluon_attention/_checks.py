@@ -3,21 +3,39 @@
 Every check raises ``ValueError`` (or ``TypeError`` for a wrong kind of object) whose message says
 what was expected and ends with what was received, e.g.
 ``layout must be one of 'NKT', 'NTK', 'TNK'. Received: layout='NCHW'``.
-Checks that need tensor values or shapes run only imperatively (never inside a symbolic graph).
+
+Where checks run: once, at the public entry point, on arrays.
+
+- A public function validates its arguments when a user calls it (:func:`validated_by`); a
+  library function or block calling it inside an already checked call trusts its caller, so a
+  ``valid_length`` travelling from ``BertEncoder`` to the softmax is copied to NumPy once.
+- A block validates the arrays of a call in its ``forward`` (``CheckedBlock.check_inputs``),
+  before a hybridized block's cached graph runs, so hybridized and imperative calls raise the
+  same errors.
+- Inside a symbolic graph nothing that needs values or shapes is checked: a library block used
+  as a child of a user's own hybridized block sees symbols and is not checked (check the arrays
+  before calling the user's block, or call the library block at the top).
 """
+import contextlib
+import functools
+import inspect
 import numbers
+import threading
 
 import mxnet as mx
 import numpy as onp
 
-__all__ = ['fail', 'fail_type', 'is_symbol', 'check_choice', 'check_positive_int',
-           'check_probability', 'check_bool', 'check_rank', 'check_same_dim', 'check_mask',
-           'check_valid_length', 'check_index_range', 'check_float_tensor', 'check_axis',
-           'check_positive_real']
+__all__ = ['fail', 'fail_type', 'is_symbol', 'entry', 'validated_by', 'check_choice',
+           'check_positive_int', 'check_probability', 'check_bool', 'check_rank',
+           'check_same_dim', 'check_mask', 'check_valid_length', 'check_index_range',
+           'check_float_tensor', 'check_axis', 'check_positive_real', 'check_not_empty',
+           'check_memory_lengths']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
 MAX_ELEMENTS = 2 ** 31 - 1
+
+_CALLS = threading.local()     # depth of the checked calls running in this thread
 
 
 def _format(received):
@@ -37,6 +55,44 @@ def fail_type(expected, **received):
 def is_symbol(x):
     """True when ``x`` is a symbolic tensor (inside a hybridized graph)."""
     return isinstance(x, mx.sym.Symbol)
+
+
+@contextlib.contextmanager
+def entry():
+    """Mark a checked public call for its duration; yields True for the outermost one.
+
+    The outermost call validates its arguments; every checked call made inside it (a block's
+    children run imperatively, functions calling functions) yields False and skips its checks.
+    Per thread, and restored when the call raises.
+    """
+    depth = getattr(_CALLS, 'depth', 0)
+    _CALLS.depth = depth + 1
+    try:
+        yield depth == 0
+    finally:
+        _CALLS.depth = depth
+
+
+def validated_by(check):
+    """Decorator of a public function: ``check(**arguments)`` runs before it (defaults filled
+    in, by parameter name) when the call is the outermost checked call (see :func:`entry`).
+
+    ``check`` receives every parameter by name (accept ``**_`` for those it ignores) and must
+    return without looking at symbolic arguments.
+    """
+    def decorate(func):
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with entry() as outermost:
+                if outermost:
+                    bound = signature.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                    check(**bound.arguments)
+                return func(*args, **kwargs)
+        return wrapper
+    return decorate
 
 
 def is_tensor(x):
@@ -164,8 +220,31 @@ def check_valid_length(valid_length, length, name='valid_length', batch_size=Non
              **{name + '.shape': values.shape})
 
 
+def check_memory_lengths(valid_length, batch_size, query_length, memory_length):
+    """Memory lengths of attention: integer (B,) or (B, L_q), values in [0, L_m]."""
+    if valid_length is None or is_symbol(valid_length):
+        return
+    check_rank('valid_length', valid_length, (1, 2))
+    if valid_length.shape not in ((batch_size,), (batch_size, query_length)):
+        fail('valid_length must have shape (B,) or (B, L_q) = ({}, {})'.format(
+            batch_size, query_length), **{'valid_length.shape': valid_length.shape})
+    check_valid_length(valid_length, memory_length)
+
+
+def check_not_empty(what, sizes, **received):
+    """Refuse a zero in ``sizes`` (e.g. the batch size B and the memory length L_m).
+
+    MXNet 1.9.1's reshapes cannot infer a shape across a zero-size axis inside a graph, so a
+    batch of 0 or a memory of length 0 would run imperatively but fail in a hybridized or
+    exported graph; every path refuses them up front instead, with the same error.
+    """
+    if not all(sizes):
+        fail('{} must be at least 1 (MXNet graphs cannot run on zero-size batch or memory '
+             'axes)'.format(what), **received)
+
+
 def check_index_range(num_elements, what='the attention scores'):
-    """Refuse tensors that 32-bit indexing cannot address, before any kernel runs (CASES C17)."""
+    """Refuse tensors that 32-bit indexing cannot address, before any kernel runs."""
     if num_elements > MAX_ELEMENTS:
         fail('{} would have {} elements, more than the {} that MXNet 1.9.1 kernels can index; '
              'memory is O(B*K*L_q*L_m): split the batch or use chunked attention'.format(

@@ -1,1 +1,1 @@
-"""The seed's PyTorch-style ``attend`` contract on MXNet arrays."""
+"""A PyTorch-style ``attend`` function and its helpers on MXNet numpy arrays."""

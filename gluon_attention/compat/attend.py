@@ -1,11 +1,13 @@
-"""The ``attend`` function of seed 000 (PyTorch), ported to MXNet numpy arrays (imperative).
+"""A PyTorch-style ``attend`` function and its helpers, on MXNet numpy arrays (imperative).
 
-Same arguments, shapes, mask semantics and errors as the seed, with one deliberate difference: a
-query row whose context is fully masked (a context size of 0, or an additive mask that is -inf
-everywhere) gets all-zero weights and a zero output instead of the seed's NaN.
+The contract of a PyTorch ``attend(query, context, value, score, normalize, context_sizes,
+context_mask, return_weight)``: the same arguments, shapes and mask semantics (an additive
+{-inf, 0} ``context_mask`` for softmax, a multiplicative {0, 1} one for sigmoid/identity), with
+one deliberate difference: a query row whose context is fully masked (a context size of 0, or
+an additive mask that is -inf everywhere) gets all-zero weights and a zero output, not NaN.
 
 Sizes: B batch, M queries of size D1, N context vectors of size D2, N value vectors of size P.
-The helpers take Python lists of sizes and run imperatively, as in the seed.
+The helpers take Python lists of sizes and run imperatively.
 """
 import numbers
 
@@ -13,7 +15,8 @@ import mxnet as mx
 import numpy as onp
 
 from .. import _checks
-from ..core.functional import float32_on_cpu, masked_softmax
+from ..core._ops import float32_on_cpu
+from ..core.softmax import masked_softmax
 
 __all__ = ['attend', 'mask3d', 'fill_context_mask', 'dot']
 
@@ -71,17 +74,21 @@ def fill_context_mask(mask, sizes, v_mask, v_unmask):
     return mask
 
 
+def _check_dot(a, b):
+    _checks.check_rank('a', a, (3,))
+    _checks.check_rank('b', b, (3,))
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
+        _checks.fail('a and b must share the batch size B and the vector size D',
+                     **{'a.shape': a.shape, 'b.shape': b.shape})
+
+
+@_checks.validated_by(_check_dot)
 @float32_on_cpu
 def dot(a, b):
     """Batched dot products: ``c[i, j, k] = <a[i, j], b[i, k]>``.
 
     a (B, M, D) and b (B, N, D) -> c (B, M, N). Raises ValueError for other ranks or shapes.
     """
-    _checks.check_rank('a', a, (3,))
-    _checks.check_rank('b', b, (3,))
-    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
-        _checks.fail('a and b must share the batch size B and the vector size D',
-                     **{'a.shape': a.shape, 'b.shape': b.shape})
     return mx.npx.batch_dot(a, b, transpose_b=True)
 
 
@@ -106,6 +113,20 @@ def _additive_softmax(scores, context_mask):
     return masked_softmax(finite, keep)
 
 
+def _check_attend(query, context, value, normalize, context_sizes, **_):
+    value = context if value is None else value
+    for name, x in (('query', query), ('context', context), ('value', value)):
+        _checks.check_rank(name, x, (3,))
+    if not query.shape[0] == context.shape[0] == value.shape[0]:
+        _checks.fail('query, context and value must have the same batch size',
+                     **{'query.shape': query.shape, 'context.shape': context.shape,
+                        'value.shape': value.shape})
+    _checks.check_choice('normalize', normalize, ('softmax', 'sigmoid', 'identity'))
+    if context_sizes is not None:
+        _check_sizes(context_sizes, 'context_sizes', batch_size=query.shape[0])
+
+
+@_checks.validated_by(_check_attend)
 @float32_on_cpu
 def attend(query, context, value=None, score='dot', normalize='softmax', context_sizes=None,
            context_mask=None, return_weight=False):
@@ -123,8 +144,8 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
     context_sizes : list of int or None
         Context size per item; later positions get weight 0.
     context_mask : mx.np.ndarray (B, M, N) or None
-        Additive ({-inf, 0}) for softmax, multiplicative ({0, 1}) for sigmoid/identity, as in the
-        seed. Takes precedence over ``context_sizes``.
+        Additive ({-inf, 0}) for softmax, multiplicative ({0, 1}) for sigmoid/identity. Takes
+        precedence over ``context_sizes``.
     return_weight : bool
 
     Returns
@@ -137,15 +158,6 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
         Batch sizes differ, an unknown score or normalize name, or D1 != D2 with ``'dot'``.
     """
     value = context if value is None else value
-    for name, x in (('query', query), ('context', context), ('value', value)):
-        _checks.check_rank(name, x, (3,))
-    if not query.shape[0] == context.shape[0] == value.shape[0]:
-        _checks.fail('query, context and value must have the same batch size',
-                     **{'query.shape': query.shape, 'context.shape': context.shape,
-                        'value.shape': value.shape})
-    _checks.check_choice('normalize', normalize, ('softmax', 'sigmoid', 'identity'))
-    if context_sizes is not None:
-        _check_sizes(context_sizes, 'context_sizes', batch_size=query.shape[0])
     scores = _scores(score, query, context)                                    # (B, M, N)
     keep = None
     if context_mask is None and context_sizes is not None:

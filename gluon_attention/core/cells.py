@@ -1,42 +1,35 @@
 """Attention blocks: thin HybridBlocks over the functional core.
 
 Every block owns only its parameters and configuration; the steps score -> mask -> normalise ->
-dropout -> read are written once (:func:`attend_scores` and :func:`multi_head_dot_attn`).
+dropout -> read are written once (:func:`context_and_weights` and :func:`multi_head_dot_attn`).
 Blocks are called positionally (MXNet 1.9.1 ``Block.__call__`` takes no keyword arguments), and a
-hybridized block fixes its pattern of ``None`` inputs at its first call.
+hybridized block fixes its pattern of ``None`` inputs at its first call. Each block checks the
+arrays of a call in ``check_inputs`` before any graph runs (:class:`~.base.CheckedBlock`).
+
+Calls on arrays (hybridized too) raise ValueError before any graph runs for mismatched shapes,
+B = 0 or L_m = 0 (MXNet graphs cannot reshape them), lengths outside [0, L_m] or masks that are
+not 0/1, and TypeError for non-float inputs; L_q = 0 gives empty outputs.
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_q/C_k/C_v feature sizes.
 float16 inputs on a CPU are computed in float32 and returned as float16.
 """
 import mxnet as mx
-import numpy as onp
-from mxnet.gluon import HybridBlock, nn
+from mxnet.gluon import nn
 
 from .. import _checks
 
 from . import fused as _fused, layout as _layout
-from .functional import (_cast_nested, _to_float32, inverse_sqrt_units, l2_normalize,
-                         masked_softmax, multi_head_dot_attn,
-                         zero_unattended)
-from .masking import get_F, length_mask
+from ._ops import get_F
+from .base import Float32OnCPU, check_dense_inputs
+from .functional import inverse_sqrt_units, l2_normalize, multi_head_dot_attn, zero_unattended
+from .masking import length_mask
+from .softmax import masked_softmax
 
 __all__ = ['AdditiveAttention', 'DotProductAttention', 'MultiHeadAttentionCell',
-           'MultiHeadAttention', 'attend_scores', 'Float32OnCPU']
+           'MultiHeadAttention', 'context_and_weights']
 
 
-class Float32OnCPU(HybridBlock):
-    """Base class: float16 inputs on a CPU run the block in float32; outputs return as float16."""
-
-    def forward(self, x, *args):  # pylint: disable=arguments-differ
-        inputs = (x,) + args
-        if not any(isinstance(a, mx.nd.NDArray) and a.dtype == 'float16'
-                   and a.ctx.device_type == 'cpu' for a in inputs):
-            return super().forward(x, *args)
-        out = super().forward(*[_to_float32(a) for a in inputs])
-        return _cast_nested(out, 'float16')
-
-
-def attend_scores(scores, value, mask, dropout):
+def context_and_weights(scores, value, mask, dropout):
     """The shared read step: masked softmax over L_m, dropout, weighted sum of ``value``.
 
     scores (B, L_q, L_m), value (B, L_m, C_v), mask broadcastable to the scores or None.
@@ -49,25 +42,23 @@ def attend_scores(scores, value, mask, dropout):
     return F.npx.batch_dot(weights, zero_unattended(value, mask)), weights
 
 
-def _check_qkv(query, key, value, valid_length, scores_need_same_size=True):
+def _check_qkv(query, key, value, valid_length, scores_need_same_size=True, num_heads=1):
+    """(B, L_q, C_q), (B, L_m, C_k), (B, L_m, C_v) arrays and (B,) or (B, L_q) lengths; the
+    (B, K, L_q, L_m) scores of ``num_heads`` heads must be addressable by 32-bit indices."""
     for name, x in (('query', query), ('key', key), ('value', value)):
         _checks.check_rank(name, x, (3,))
-    if _checks.is_symbol(query):
-        return
+        _checks.check_float_tensor(name, x)
     _checks.check_same_dim('query, key and value batch sizes', query=(query, 0), key=(key, 0),
                            value=(value, 0))
     _checks.check_same_dim('key and value lengths', key=(key, 1), value=(value, 1))
     if query.shape[2] != key.shape[2] and scores_need_same_size:
         _checks.fail('query and key must have the same feature size C',
                      **{'query.shape': query.shape, 'key.shape': key.shape})
-    _checks.check_index_range(query.shape[0] * query.shape[1] * key.shape[1])
-    if valid_length is not None:
-        _checks.check_rank('valid_length', valid_length, (1, 2))
-        if valid_length.shape[0] != query.shape[0] or (
-                valid_length.ndim == 2 and valid_length.shape[1] != query.shape[1]):
-            _checks.fail('valid_length must have shape (B,) or (B, L_q) = ({}, {})'.format(
-                query.shape[0], query.shape[1]), **{'valid_length.shape': valid_length.shape})
-        _checks.check_valid_length(valid_length, key.shape[1])
+    _checks.check_not_empty('the batch size B and the memory length L_m',
+                            (query.shape[0], key.shape[1]),
+                            **{'query.shape': query.shape, 'key.shape': key.shape})
+    _checks.check_index_range(query.shape[0] * num_heads * query.shape[1] * key.shape[1])
+    _checks.check_memory_lengths(valid_length, query.shape[0], query.shape[1], key.shape[1])
 
 
 @mx.util.use_np
@@ -83,7 +74,8 @@ class DotProductAttention(Float32OnCPU):
 
     Call ``(query (B, L_q, C), key (B, L_m, C), value (B, L_m, C_v), valid_length=None)`` where
     ``valid_length`` is integer (B,) or (B, L_q): keys at positions >= it are masked.
-    Returns ``(context (B, L_q, C_v), weights (B, L_q, L_m))``, in the inputs' dtype.
+    Returns ``(context (B, L_q, C_v), weights (B, L_q, L_m))``, in the inputs' dtype. Raises as
+    described in the module docstring.
 
     Equivalent computation::
 
@@ -97,13 +89,15 @@ class DotProductAttention(Float32OnCPU):
         self._dropout = _checks.check_probability('dropout', dropout)
         self._scaled = _checks.check_bool('scaled', scaled)
 
-    def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
+    def check_inputs(self, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length)
+
+    def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         if self._scaled:
             query = query * inverse_sqrt_units(query)
         scores = F.npx.batch_dot(query, key, transpose_b=True)               # (B, L_q, L_m)
         mask = None if valid_length is None else length_mask(key, valid_length)
-        return attend_scores(scores, value, mask, self._dropout)
+        return context_and_weights(scores, value, mask, self._dropout)
 
 
 @mx.util.use_np
@@ -121,6 +115,8 @@ class AdditiveAttention(Float32OnCPU):
 
     Call ``(query (B, L_q, C_q), key (B, L_m, C_k), value (B, L_m, C_v), valid_length=None)``.
     Returns ``(context (B, L_q, C_v), weights (B, L_q, L_m))``. Memory: O(B*L_q*L_m*units).
+    Raises as described in the module docstring; also when C_q or C_k changes after the first
+    call, or an input's dtype is not the parameters'.
     """
 
     def __init__(self, units, dropout=0.0, **kwargs):
@@ -132,13 +128,16 @@ class AdditiveAttention(Float32OnCPU):
             self.key_proj = nn.Dense(units, use_bias=False, flatten=False, prefix='key_')
             self.score_proj = nn.Dense(1, use_bias=False, flatten=False, prefix='score_')
 
-    def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
+    def check_inputs(self, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length, scores_need_same_size=False)
+        check_dense_inputs(('query', query, self.query_proj), ('key', key, self.key_proj))
+
+    def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         features = F.np.tanh(F.np.expand_dims(self.query_proj(query), 2)      # (B, L_q, 1, H)
                              + F.np.expand_dims(self.key_proj(key), 1))       # (B, 1, L_m, H)
         scores = F.np.squeeze(self.score_proj(features), -1)                  # (B, L_q, L_m)
         mask = None if valid_length is None else length_mask(key, valid_length)
-        return attend_scores(scores, value, mask, self._dropout)
+        return context_and_weights(scores, value, mask, self._dropout)
 
 
 @mx.util.use_np
@@ -167,7 +166,9 @@ class MultiHeadAttentionCell(Float32OnCPU):
     Call ``(query, key, value, mask=None, edge_scores=None, valid_length=None)`` with per-head
     tensors in ``layout`` and returns ``(context, [scores, weights])`` exactly like
     :func:`multi_head_dot_attn`; ``valid_length`` (B,) or (B, L_q) integer memory lengths is the
-    fast path for key padding (one fused length-aware softmax, no mask tensor).
+    fast path for key padding (one fused length-aware softmax, no mask tensor). Raises as
+    :func:`multi_head_dot_attn` (or :func:`gluon_attention.fused.fused_dot_attn` when fused),
+    checked on the arrays of each call.
     """
 
     def __init__(self, query_units=None, num_heads=None, attention_dropout=0.0, scaled=True,
@@ -233,6 +234,16 @@ class MultiHeadAttentionCell(Float32OnCPU):
         self._clear_cached_op()
         return True
 
+    def check_inputs(self, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
+                     valid_length=None):
+        options = dict(valid_length=valid_length, scaled=self._options['scaled'],
+                       query_head_units=self._options['query_head_units'], layout=self._layout)
+        if self._fused:
+            _fused.check_fused_inputs(query, key, value, **options)
+        else:
+            _layout.check_per_head_inputs(query, key, value, mask=mask, edge_scores=edge_scores,
+                                          **options)
+
     def hybrid_forward(self, F, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
                        valid_length=None):
         if self._fused:
@@ -268,7 +279,9 @@ class MultiHeadAttention(Float32OnCPU):
 
     Call ``(query (B, L_q, C_q), key (B, L_m, C_k), value (B, L_m, C_v), valid_length=None)``,
     ``valid_length`` integer (B,) or (B, L_q) masking memory positions. Returns
-    ``(output (B, L_q, units), weights (B, K, L_q, L_m))``.
+    ``(output (B, L_q, units), weights (B, K, L_q, L_m))``. Raises as described in the
+    module docstring; also when a feature size changes after the first call, or an input's dtype
+    is not the parameters'.
     """
 
     def __init__(self, units, num_heads, dropout=0.0, use_bias=False, **kwargs):
@@ -287,28 +300,13 @@ class MultiHeadAttention(Float32OnCPU):
             self.out_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='out_')
             self.attention = MultiHeadAttentionCell(units, num_heads, dropout, layout='NTK')
 
-    def forward(self, query, *args):  # pylint: disable=arguments-differ
-        # Checked here, on arrays, so that a hybridized block reports bad inputs clearly too.
-        if isinstance(query, mx.nd.NDArray) and len(args) >= 2:
-            key, value = args[0], args[1]
-            _check_qkv(query, key, value, args[2] if len(args) > 2 else None,
-                       scores_need_same_size=False)
-            for name, x, proj in (('query', query, self.query_proj), ('key', key, self.key_proj),
-                                  ('value', value, self.value_proj)):
-                in_units = proj.weight.shape[1]
-                if in_units > 0 and x.shape[-1] != in_units:
-                    _checks.fail('{} must keep the feature size C of the first call'.format(name),
-                                 **{name + '.shape': x.shape, 'expected C': in_units})
-                dtype, got = onp.dtype(proj.weight.dtype), onp.dtype(x.dtype)
-                if got != dtype and not (got == onp.float16 and dtype == onp.float32
-                                         and x.ctx.device_type == 'cpu'):
-                    _checks.fail_type('{} must have the parameters\' dtype {} (cast the block '
-                                      'with .cast() to change it)'.format(name, onp.dtype(
-                                          dtype).name), **{name + '.dtype': got.name})
-        return super().forward(query, *args)
+    def check_inputs(self, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
+        _check_qkv(query, key, value, valid_length, scores_need_same_size=False,
+                   num_heads=self._num_heads)
+        check_dense_inputs(('query', query, self.query_proj), ('key', key, self.key_proj),
+                           ('value', value, self.value_proj))
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
-        _check_qkv(query, key, value, valid_length, scores_need_same_size=False)
         heads = (-2, -2, self._num_heads, self._head_units)                   # (B, L, K, D/K)
         query = F.npx.reshape(self.query_proj(query), heads)
         key_heads = F.npx.reshape(self.key_proj(key), heads)

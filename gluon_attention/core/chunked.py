@@ -31,18 +31,34 @@ __all__ = ['chunked_dot_attn']
 _TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
 
 
+def _check_chunked(query, key, value, mask_or_valid_length, chunk_size, scaled,
+                   query_head_units, layout, **_):
+    _layout.check_layout(layout)
+    _checks.check_positive_int('chunk_size', chunk_size)
+    if _checks.is_symbol(query):
+        _checks.fail('chunked_dot_attn runs imperatively (it slices by L_q); use '
+                     'multi_head_dot_attn inside a graph', query='Symbol')
+    lengths = mask = None
+    if mask_or_valid_length is not None and mask_or_valid_length.ndim == 1:
+        lengths = mask_or_valid_length
+    elif mask_or_valid_length is not None and mask_or_valid_length.ndim == 3:
+        mask = mask_or_valid_length
+    elif mask_or_valid_length is not None:
+        _checks.fail('mask_or_valid_length must be a (B,) valid length or a (B, L_q, L_m) '
+                     'mask', **{'mask_or_valid_length.shape': mask_or_valid_length.shape})
+    _layout.check_per_head_inputs(query, key, value, layout, mask=mask, valid_length=lengths,
+                                  query_head_units=query_head_units, scaled=scaled)
+
+
 def _memory_mask(key, mask_or_valid_length, layout):
     """(B,) lengths -> bool (B, 1, L_m); a (B, L_q or 1, L_m) mask is returned unchanged."""
     if mask_or_valid_length is None or mask_or_valid_length.ndim == 3:
         return mask_or_valid_length
-    if mask_or_valid_length.ndim != 1:
-        _checks.fail('mask_or_valid_length must be a (B,) valid length or a (B, L_q, L_m) '
-                     'mask', **{'mask_or_valid_length.shape': mask_or_valid_length.shape})
-    time_axis = _TIME_AXIS[layout]
-    _checks.check_valid_length(mask_or_valid_length, key.shape[time_axis])
-    mask = valid_length_to_mask(key, mask_or_valid_length, axis=time_axis)   # (B, L_m)
-    return mx.np.expand_dims(mask, 1)                                         # (B, 1, L_m)
+    mask = valid_length_to_mask(key, mask_or_valid_length, axis=_TIME_AXIS[layout])  # (B, L_m)
+    return mx.np.expand_dims(mask, 1)                                                # (B, 1, L_m)
 
+
+@_checks.validated_by(_check_chunked)
 def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=512,
                      scaled=True, normalized=False, eps=1e-6, query_head_units=None,
                      layout='NKT', synchronize=True):
@@ -72,23 +88,20 @@ def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=51
     Raises
     ------
     ValueError
-        Inside a graph (chunking needs L_q), on a bad ``chunk_size``, mask or layout.
+        Inside a graph (chunking needs L_q), on a bad ``chunk_size``, mask or layout, and as
+        :func:`~gluon_attention.core.functional.multi_head_dot_attn` on its inputs (B = 0 or
+        L_m = 0 included; L_q = 0 gives an empty context).
 
     Peak memory of the forward pass: about 5 buffers of B*K*chunk_size*L_m elements instead of
     5 of B*K*L_q*L_m.
     """
-    _layout.check_layout(layout)
-    _checks.check_positive_int('chunk_size', chunk_size)
-    if _checks.is_symbol(query):
-        _checks.fail('chunked_dot_attn runs imperatively (it slices by L_q); use '
-                     'multi_head_dot_attn inside a graph', query='Symbol')
     mask = _memory_mask(key, mask_or_valid_length, layout)
     time_axis = _TIME_AXIS[layout]
     length = query.shape[time_axis]
     if query_head_units is None:
         query_head_units = query.shape[-1]
     contexts = []
-    for start in range(0, length, chunk_size):
+    for start in range(0, max(length, 1), chunk_size):     # one (empty) chunk when L_q = 0
         stop = min(start + chunk_size, length)
         part = query[(slice(None),) * time_axis + (slice(start, stop),)]    # chunk of L_q
         part_mask = mask

@@ -1,141 +1,27 @@
 """The functional attention core: pure functions on ``mx.np`` arrays or numpy-mode Symbols.
 
 Every function infers its operator namespace from its first tensor (``mx.nd`` imperatively,
-``mx.sym`` inside ``hybrid_forward``), reads no shapes or values inside a graph, and validates its
-arguments imperatively. Glossary: B batch, K heads, L_q query length, L_m memory length,
-C_k / C_v per-head key / value size. Mask polarity: 1 = attend, 0 = blocked.
+``mx.sym`` inside ``hybrid_forward``) and reads no shapes or values inside a graph. The public
+functions validate their arguments when a user calls them on arrays, once
+(:func:`gluon_attention._checks.validated_by`). The softmax family lives in
+:mod:`~gluon_attention.core.softmax`, the mask builders in :mod:`~gluon_attention.core.masking`.
+Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head key / value
+size. Mask polarity: 1 = attend, 0 = blocked.
 
 float16 on CPU: MXNet 1.9.1 has no float16 GEMM on CPU, so the functions that multiply matrices
 compute float16 CPU inputs in float32 and return float16 (imperatively; blocks do the same).
 """
 import math
 
-import mxnet as mx
-
 from .. import _checks
 
 from . import layout as _layout
-from .masking import (broadcast_mask_terms, get_F, length_mask, length_softmax, logical_and,
-                      mask_fill_like, masked_fill)
+from ._ops import float32_on_cpu, get_F
+from .masking import combine_masks, length_mask
+from .softmax import length_softmax, masked_softmax
 
-__all__ = ['get_F', 'masked_softmax', 'masked_log_softmax', 'l2_normalize', 'dot_attn_score',
-           'multi_head_dot_attn', 'select_vectors_by_position', 'float32_on_cpu']
-
-
-def float32_on_cpu(func):
-    """Decorator: run ``func`` in float32 when an imperative float16 input lives on a CPU.
-
-    Outputs (arrays, possibly nested in lists/tuples) are cast back to float16.
-    """
-    def wrapper(*args, **kwargs):
-        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, mx.nd.NDArray)]
-        if not any(t.dtype == 'float16' and t.ctx.device_type == 'cpu' for t in tensors):
-            return func(*args, **kwargs)
-        args = [_to_float32(a) for a in args]
-        kwargs = {k: _to_float32(v) for k, v in kwargs.items()}
-        return _cast_nested(func(*args, **kwargs), 'float16')
-    wrapper.__name__, wrapper.__doc__ = func.__name__, func.__doc__
-    wrapper.__wrapped__ = func
-    return wrapper
-
-
-def _to_float32(x):
-    if isinstance(x, mx.nd.NDArray) and x.dtype == 'float16':
-        return x.astype('float32')
-    return x
-
-
-def _cast_nested(out, dtype):
-    if isinstance(out, (list, tuple)):
-        return type(out)(_cast_nested(o, dtype) for o in out)
-    if isinstance(out, mx.nd.NDArray) and out.dtype == 'float32':
-        return out.astype(dtype)
-    return out
-
-
-def _check_softmax_args(att_score, mask, axis):
-    _checks.check_float_tensor('att_score', att_score)
-    _checks.check_axis('axis', axis, att_score.ndim)
-    if mask is not None and not isinstance(mask, mx.np.ndarray):
-        _checks.fail_type('mask must be an mx.np array or None', mask=type(mask).__name__)
-    _checks.check_mask(mask, att_score.shape)
-
-
-def masked_softmax(att_score, mask=None, axis=-1, temperature=None):
-    """Softmax over ``axis`` that ignores masked positions.
-
-    Parameters
-    ----------
-    att_score : float array, any shape (float16/32/64)
-    mask : 0/1 array (bool, int or float) or None
-        Same rank as ``att_score``; each dimension equal to the scores' or 1 (broadcast).
-        1 = attend, 0 = blocked. Non-binary values raise ValueError (imperatively).
-    axis : int
-    temperature : float > 0 or None
-        The scores are divided by it: ``softmax(x / temperature)``.
-
-    Returns
-    -------
-    weights : array of ``att_score``'s shape and dtype
-        Masked positions are exactly 0; a fully masked row is all 0 (not uniform, not NaN), and
-        its gradient is a finite 0.
-
-    Raises
-    ------
-    TypeError
-        ``att_score`` not an ``mx.np`` float array, ``mask`` not an ``mx.np`` array, a
-        non-integer ``axis`` or a non-numeric ``temperature`` (imperatively).
-    ValueError
-        A mask of the wrong rank, shape or values, an ``axis`` out of range, a ``temperature``
-        that is not a finite number > 0 (imperatively).
-
-    Equivalent computation (MXNet 2 ``npx.masked_softmax``)::
-
-        x = where(mask, att_score / temperature, lowest_finite(dtype))
-        w = softmax(x, axis) * mask
-
-    The temperature is applied as a multiplication before the plain softmax (the oneDNN kernel;
-    ``softmax(temperature=)`` is 15x slower in MXNet 1.9.1); the mask is broadcast once to the
-    scores' shape (:func:`~gluon_attention.masking.broadcast_mask_terms`).
-    """
-    F = get_F(att_score)
-    if not _checks.is_symbol(att_score):
-        _check_softmax_args(att_score, mask, axis)
-        _checks.check_positive_real('temperature', temperature, allow_none=True)
-        if att_score.size == 0:                   # nothing to normalise (empty axis)
-            return F.npx.softmax(att_score, axis=axis)
-    if temperature is not None:
-        att_score = att_score * (1.0 / temperature)
-    if mask is None:
-        return F.npx.softmax(att_score, axis=axis)
-    keep, fill = broadcast_mask_terms(F, mask, att_score)
-    weights = F.npx.softmax(masked_fill(F, att_score, keep, fill), axis=axis)
-    return weights * keep
-
-
-def masked_log_softmax(att_score, mask=None, axis=-1):
-    """Log-softmax over ``axis`` over the unmasked positions only.
-
-    Parameters
-    ----------
-    att_score : float array, any shape
-    mask : 0/1 array or None, same rank as ``att_score`` (dimensions equal or 1)
-
-    Returns
-    -------
-    log_weights : array of ``att_score``'s shape and dtype
-        Unmasked positions hold the log-softmax over the unmasked set; masked positions hold -inf
-        (a fully masked row is all -inf). The gradient at masked positions is 0.
-    """
-    F = get_F(att_score)
-    if not _checks.is_symbol(att_score):
-        _check_softmax_args(att_score, mask, axis)
-    if mask is None:
-        return F.npx.log_softmax(att_score, axis=axis)
-    mask = mask.astype('bool')
-    filled = F.np.where(mask, att_score, mask_fill_like(F, att_score))
-    log_weights = F.npx.log_softmax(filled, axis=axis)
-    return F.np.where(mask, log_weights, F.np.full_like(log_weights, float('-inf')))
+__all__ = ['l2_normalize', 'dot_attn_score', 'multi_head_dot_attn', 'select_vectors_by_position',
+           'zero_unattended', 'inverse_sqrt_units']
 
 
 def zero_unattended(value, mask, layout='NT'):
@@ -148,7 +34,7 @@ def zero_unattended(value, mask, layout='NT'):
     if mask is None or (not _checks.is_symbol(value) and value.size == 0):
         return value
     F = get_F(value)
-    used = F.np.max(mask.astype('float32'), axis=1)                          # (B, L_m)
+    used = F.np.sum(mask.astype('float32'), axis=1)   # (B, L_m) > 0 where used; L_q = 0 gives 0
     if layout == 'TNK':
         used = used.T                                                        # (L_m, B)
     used = F.np.expand_dims(used, 1 if layout == 'NKT' else -1)  # (B,1,L_m) | (B,L_m,1) | (L_m,B,1)
@@ -179,6 +65,20 @@ def inverse_sqrt_units(x):
     return 1.0 / F.np.sqrt(units)
 
 
+def _check_dot_scores(query, key, layout, **_):
+    if _checks.is_symbol(query) or layout not in ('NT', 'TN'):
+        return
+    if layout == 'TN':
+        _checks.check_rank('query', query, (3,))
+    batch = (query.shape[1:-1], key.shape[1:-1]) if layout == 'TN' else (
+        query.shape[:-2], key.shape[:-2])
+    if batch[0] != batch[1] or query.shape[-1] != key.shape[-1]:
+        _checks.fail('query and key must share their batch dimensions and feature size C '
+                     '(layout {})'.format(layout),
+                     **{'query.shape': query.shape, 'key.shape': key.shape})
+
+
+@_checks.validated_by(_check_dot_scores)
 @float32_on_cpu
 def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='NT'):
     """Dot-product attention scores with any number of leading batch dimensions.
@@ -199,15 +99,7 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     """
     _checks.check_choice('layout', layout, ('NT', 'TN'))
     F = get_F(query)
-    if not _checks.is_symbol(query):
-        batch = (query.shape[1:-1], key.shape[1:-1]) if layout == 'TN' else (
-            query.shape[:-2], key.shape[:-2])
-        if batch[0] != batch[1] or query.shape[-1] != key.shape[-1]:
-            _checks.fail('query and key must share their batch dimensions and feature size C '
-                         '(layout {})'.format(layout),
-                         **{'query.shape': query.shape, 'key.shape': key.shape})
     if layout == 'TN':
-        _checks.check_rank('query', query, (3,))
         query, key = F.np.swapaxes(query, 0, 1), F.np.swapaxes(key, 0, 1)
     if normalized:
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
@@ -216,35 +108,14 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     return F.npx.batch_dot(query, key, transpose_b=True)
 
 
-def _check_multi_head(query, key, value, mask, edge_scores, layout, valid_length=None):
-    _layout.check_layout(layout)
-    for name, x in (('query', query), ('key', key), ('value', value)):
-        _checks.check_rank(name, x, (4,))
-    if _checks.is_symbol(query):
-        return
-    q, k, v = (_layout.to_nkt(x, layout).shape for x in (query, key, value))
-    if q[:2] != k[:2] or k[:3] != v[:3] or q[3] != k[3]:
-        _checks.fail('query, key and value must share B and K, key and value L_m, query and key '
-                     'C_k (layout {})'.format(layout), **{'query.shape': query.shape,
-                                                          'key.shape': key.shape,
-                                                          'value.shape': value.shape})
-    scores_shape = (q[0], q[1], q[2], k[2])
-    _checks.check_index_range(q[0] * q[1] * q[2] * k[2])
-    if mask is not None:
-        _checks.check_mask(mask, (q[0], q[2], k[2]))
-    if valid_length is not None:
-        _checks.check_rank('valid_length', valid_length, (1, 2))
-        if valid_length.shape not in ((q[0],), (q[0], q[2])):
-            _checks.fail('valid_length must have shape (B,) or (B, L_q) = ({}, {})'.format(
-                q[0], q[2]), **{'valid_length.shape': valid_length.shape})
-        _checks.check_valid_length(valid_length, k[2])
-    if edge_scores is not None:
-        es = edge_scores.shape
-        if len(es) > 4 or any(e not in (1, s) for e, s in zip(es[::-1], scores_shape[::-1])):
-            _checks.fail('edge_scores must broadcast to (B, K, L_q, L_m) = {}'.format(
-                scores_shape), **{'edge_scores.shape': es})
+def _check_multi_head(query, key, value, mask, edge_scores, dropout, scaled, query_head_units,
+                      layout, valid_length, **_):
+    _checks.check_probability('dropout', dropout)
+    _layout.check_per_head_inputs(query, key, value, layout, mask, edge_scores, valid_length,
+                                  query_head_units, scaled)
 
 
+@_checks.validated_by(_check_multi_head)
 @float32_on_cpu
 def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=0.0, scaled=True,
                         normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
@@ -279,6 +150,7 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     Returns
     -------
     context : (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK; merged head-major.
+        Empty when L_q = 0.
     [scores, weights] : two (B, K, L_q, L_m) arrays
         ``scores`` are the raw scores plus ``edge_scores``: unscaled and unmasked.
         ``weights`` are the attention weights applied to ``value`` (after dropout); masked
@@ -287,8 +159,9 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     Raises
     ------
     ValueError
-        Bad layout or dropout, mismatched shapes, a mask of the wrong rank or with non-0/1 values,
-        a ``valid_length`` of the wrong shape or outside [0, L_m], or scores too large for
+        Bad layout or dropout, mismatched shapes, B = 0 or L_m = 0 (a graph cannot run on
+        them), a mask of the wrong rank or with non-0/1 values, a ``valid_length`` of the
+        wrong shape or outside [0, L_m], C_k = 0 with ``scaled``, or scores too large for
         32-bit indexing (imperatively, before any kernel runs).
 
     Equivalent computation (NKT)::
@@ -297,17 +170,12 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         weights = masked_softmax(scores / sqrt(C_k), mask[:, None], axis=-1)
         context = einsum('bnqm,bnmd->bqnd', dropout(weights), value).reshape(B, L_q, K*C_v)
     """
-    _check_multi_head(query, key, value, mask, edge_scores, layout, valid_length)
-    _checks.check_probability('dropout', dropout)
     F = get_F(query)
     if normalized:
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
     scale = None                  # the scale is folded into the query (L_q*C_k, not L_q*L_m)
     if scaled and query_head_units is None and not _checks.is_symbol(query):
         query_head_units = query.shape[-1]
-    if scaled and query_head_units is not None and not query_head_units > 0:
-        _checks.fail('the scale 1/sqrt(C_k) needs C_k > 0 (the query\'s last dimension or '
-                     'query_head_units)', query_head_units=query_head_units)
     if scaled:
         scale = (1.0 / math.sqrt(query_head_units) if query_head_units is not None
                  else inverse_sqrt_units(query))                       # () in a graph
@@ -322,7 +190,7 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         logits = logits + (edge_scores if scale is None else edge_scores * scale)
     scores = logits if scale is None else logits / scale                    # raw, unscaled
     if valid_length is not None and mask is not None:
-        mask = logical_and(F, mask.astype('bool'), length_mask(logits, valid_length, axis=-1))
+        mask = combine_masks(mask, length_mask(logits, valid_length, axis=-1))
     mask_3d = mask
     if mask is not None:
         mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
@@ -343,6 +211,15 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
     return context, [scores, weights]
 
 
+def _check_positions(data, positions, **_):
+    if not _checks.is_symbol(data):
+        _checks.check_rank('positions', positions, (2,))
+        _checks.check_same_dim('data and positions batch sizes', data=(data, 0),
+                               positions=(positions, 0))
+        _checks.check_valid_length(positions, data.shape[1] - 1, 'positions')
+
+
+@_checks.validated_by(_check_positions)
 def select_vectors_by_position(data, positions):
     """Gather vectors at given positions of each sequence.
 
@@ -354,13 +231,14 @@ def select_vectors_by_position(data, positions):
     Returns
     -------
     out : array (B, N, ...) with ``out[b, n] = data[b, positions[b, n]]``.
+
+    Raises
+    ------
+    ValueError
+        ``positions`` not of rank 2, another batch size, or values outside [0, T)
+        (imperatively; ``gather_nd`` would read out of range silently).
     """
     F = get_F(data)
-    if not _checks.is_symbol(data):
-        _checks.check_rank('positions', positions, (2,))
-        _checks.check_same_dim('data and positions batch sizes', data=(data, 0),
-                               positions=(positions, 0))
-        _checks.check_valid_length(positions, data.shape[1] - 1, 'positions')
     positions = positions.astype('int32')
     batch = F.npx.arange_like(positions, axis=0).astype('int32')            # (B,)
     batch = F.np.expand_dims(batch, -1) + F.np.zeros_like(positions)         # (B, N)

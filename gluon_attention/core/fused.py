@@ -40,10 +40,11 @@ import tempfile
 import mxnet as mx
 
 from .. import _checks
-from .masking import get_F
+from . import layout as _layout
+from ._ops import get_F
 
 __all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve', 'isa', 'cpu_features']
+           'resolve', 'check_fused_inputs', 'isa', 'cpu_features']
 
 OP_NAME = 'ga_fused_attention'
 _CSRC = pathlib.Path(__file__).parent / 'csrc'
@@ -257,6 +258,31 @@ def resolve(option, attention_dropout=0.0, ctx=None):
     return _checks.check_bool('fused_attention', option)
 
 
+def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
+                       query_head_units=None, layout='NKT', **_):
+    """The argument checks of :func:`fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
+    them on its arrays too); nothing that needs values runs on symbols."""
+    _checks.check_bool('scaled', scaled)
+    _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
+    _layout.check_per_head_inputs(query, key, value, layout, valid_length=valid_length,
+                                  query_head_units=query_head_units, scaled=scaled)
+    if _checks.is_symbol(query):
+        return
+    for name, x in (('query', query), ('key', key), ('value', value)):
+        if not isinstance(x, mx.np.ndarray):
+            _checks.fail_type('{} must be an mx.np array (use .as_np_ndarray() on a legacy '
+                              'mx.nd array)'.format(name), **{name: type(x).__name__})
+        if x.dtype != 'float32':
+            _checks.fail_type('{} must be float32 for the fused kernel (use '
+                              'multi_head_dot_attn for other dtypes)'.format(name),
+                              **{name + '.dtype': str(x.dtype.__name__ if isinstance(
+                                  x.dtype, type) else x.dtype)})
+        if x.ctx.device_type != 'cpu':
+            _checks.fail('the fused kernel runs on CPU only (use multi_head_dot_attn on '
+                         'GPU)', **{name + '.ctx': x.ctx})
+
+
+@_checks.validated_by(check_fused_inputs)
 def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
                    layout='NKT'):
     """Multi-head scaled dot-product attention in one fused kernel; returns the context only.
@@ -284,6 +310,7 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     Returns
     -------
     context : float32 (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK; merged head-major.
+        Empty when L_q = 0.
 
     Raises
     ------
@@ -292,37 +319,17 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     TypeError
         An input that is not an ``mx.np`` float32 array, a non-bool ``scaled``.
     ValueError
-        Bad layout, mismatched shapes, a ``valid_length`` of the wrong shape or outside
-        [0, L_m], a non-positive ``query_head_units`` or C_k, or a non-CPU context
-        (imperatively, before the kernel runs).
+        Bad layout, mismatched shapes, B = 0 or L_m = 0, a ``valid_length`` of the wrong
+        shape or outside [0, L_m], a non-positive ``query_head_units`` or C_k, or a non-CPU
+        context (imperatively, before the kernel runs).
     """
-    from .functional import _check_multi_head  # pylint: disable=import-outside-toplevel
     if not load():
         raise RuntimeError(load_error())
-    _check_multi_head(query, key, value, None, None, layout, valid_length)
-    _checks.check_bool('scaled', scaled)
-    _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
-    if not _checks.is_symbol(query):
-        for name, x in (('query', query), ('key', key), ('value', value)):
-            if not isinstance(x, mx.np.ndarray):
-                _checks.fail_type('{} must be an mx.np array (use .as_np_ndarray() on a legacy '
-                                  'mx.nd array)'.format(name), **{name: type(x).__name__})
-            if x.dtype != 'float32':
-                _checks.fail_type('{} must be float32 for the fused kernel (use '
-                                  'multi_head_dot_attn for other dtypes)'.format(name),
-                                  **{name + '.dtype': str(x.dtype.__name__ if isinstance(
-                                      x.dtype, type) else x.dtype)})
-            if x.ctx.device_type != 'cpu':
-                _checks.fail('the fused kernel runs on CPU only (use multi_head_dot_attn on '
-                             'GPU)', **{name + '.ctx': x.ctx})
-        if query_head_units is None:
-            query_head_units = query.shape[-1]
+    if query_head_units is None and not _checks.is_symbol(query):
+        query_head_units = query.shape[-1]
     if scaled and query_head_units is None:
         _checks.fail('inside a graph, fused_dot_attn needs query_head_units for the scale',
                      query_head_units=None)
-    if scaled and not query_head_units > 0:
-        _checks.fail('the scale 1/sqrt(C_k) needs C_k > 0 (the query\'s last dimension or '
-                     'query_head_units)', query_head_units=query_head_units)
     scale = 1.0 / math.sqrt(query_head_units) if scaled else 1.0
     F = get_F(query)
     inputs = [query.as_nd_ndarray(), key.as_nd_ndarray(), value.as_nd_ndarray()]

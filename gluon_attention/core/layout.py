@@ -11,11 +11,13 @@ layout   query                       key / value
 =======  ==========================  ==========================
 
 The math runs once, in ``NKT``; inputs are converted with :func:`to_nkt` and the context is
-merged back with :func:`merge_heads`.
+merged back with :func:`merge_heads`. :func:`check_per_head_inputs` validates per-head inputs in
+any layout (the shared check of the multi-head entry points).
 """
 from .. import _checks
 
-__all__ = ['ATTENTION_LAYOUTS', 'check_layout', 'to_nkt', 'merge_heads', 'einsum_subscripts']
+__all__ = ['ATTENTION_LAYOUTS', 'check_layout', 'to_nkt', 'merge_heads', 'einsum_subscripts',
+           'check_per_head_inputs']
 
 ATTENTION_LAYOUTS = ('NKT', 'NTK', 'TNK')
 
@@ -56,3 +58,41 @@ def einsum_subscripts(layout):
     value = memory.replace('c', 'd')
     merged = 'qbnd' if layout == 'TNK' else 'bqnd'
     return ('{},{}->bnqm'.format(query, memory), 'bnqm,{}->{}'.format(value, merged))
+
+
+def check_per_head_inputs(query, key, value, layout, mask=None, edge_scores=None,
+                          valid_length=None, query_head_units=None, scaled=False):
+    """Validate the arrays of a multi-head attention call in ``layout`` (nothing on symbols).
+
+    Float ``mx.np`` arrays of rank 4; B and K shared, L_m shared by key and value, C_k by query
+    and key; B >= 1 and L_m >= 1 (L_q may be 0); scores addressable by 32-bit indices; a 0/1
+    ``mask`` that broadcasts to (B, L_q, L_m); ``valid_length`` (B,) or (B, L_q) in [0, L_m];
+    ``edge_scores`` broadcastable to (B, K, L_q, L_m); C_k > 0 when ``scaled`` (the scale is
+    1/sqrt(C_k)).
+    """
+    check_layout(layout)
+    for name, x in (('query', query), ('key', key), ('value', value)):
+        _checks.check_rank(name, x, (4,))
+    if _checks.is_symbol(query):
+        return
+    for name, x in (('query', query), ('key', key), ('value', value)):
+        _checks.check_float_tensor(name, x)
+    q, k, v = (to_nkt(x, layout).shape for x in (query, key, value))
+    shapes = {'query.shape': query.shape, 'key.shape': key.shape, 'value.shape': value.shape}
+    if q[:2] != k[:2] or k[:3] != v[:3] or q[3] != k[3]:
+        _checks.fail('query, key and value must share B and K, key and value L_m, query and key '
+                     'C_k (layout {})'.format(layout), **shapes)
+    _checks.check_not_empty('the batch size B and the memory length L_m', (q[0], k[2]), **shapes)
+    _checks.check_index_range(q[0] * q[1] * q[2] * k[2])
+    units = q[3] if query_head_units is None else query_head_units
+    if scaled and not units > 0:
+        _checks.fail('the scale 1/sqrt(C_k) needs C_k > 0 (the query\'s last dimension or '
+                     'query_head_units)', query_head_units=units)
+    _checks.check_mask(mask, (q[0], q[2], k[2]))
+    _checks.check_memory_lengths(valid_length, q[0], q[2], k[2])
+    scores_shape = (q[0], q[1], q[2], k[2])
+    if edge_scores is not None:
+        es = edge_scores.shape
+        if len(es) > 4 or any(e not in (1, s) for e, s in zip(es[::-1], scores_shape[::-1])):
+            _checks.fail('edge_scores must broadcast to (B, K, L_q, L_m) = {}'.format(
+                scores_shape), **{'edge_scores.shape': es})

@@ -1,4 +1,5 @@
-"""Mask builders: the one place that turns lengths into 0/1 masks and combines masks.
+"""Mask builders: the one place that turns lengths into 0/1 masks and combines masks
+(:func:`combine_masks`; no other module ANDs masks together).
 
 Polarity, everywhere in the library: ``True``/1 = may attend (or may be selected), ``False``/0 =
 blocked. Every builder returns a **bool** array and uses only shape-free operators
@@ -20,23 +21,15 @@ and with ``attn_type='causal'``::
          1 1 1 0           0 0 0 0
          0 0 0 0           0 0 0 0
 """
-import mxnet as mx
-
 from .. import _checks
 
-__all__ = ['get_F', 'mask_fill_like', 'stop_gradient', 'broadcast_mask_terms', 'masked_fill',
-           'valid_length_to_mask', 'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks',
-           'length_mask', 'length_softmax', 'SEQUENCE_LAYOUTS']
+from ._ops import get_F, stop_gradient
+
+__all__ = ['mask_fill_like', 'broadcast_mask_terms', 'valid_length_to_mask',
+           'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks', 'length_mask',
+           'SEQUENCE_LAYOUTS']
 
 SEQUENCE_LAYOUTS = ('NT', 'TN')
-
-
-def get_F(x):
-    """The operator namespace for ``x``: ``mx.sym`` inside a graph, ``mx.nd`` otherwise.
-
-    Use ``F.np`` and ``F.npx`` on the result.
-    """
-    return mx.sym if _checks.is_symbol(x) else mx.nd
 
 
 def mask_fill_like(F, x):
@@ -47,14 +40,6 @@ def mask_fill_like(F, x):
     symbolic graph where the dtype is not known yet. Same fill as MXNet 2's ``masked_softmax``.
     """
     return F.np.nan_to_num(F.np.full_like(x, float('-inf')))
-
-
-def stop_gradient(F, x):
-    """``x`` with no gradient flowing back through it (numpy mode has no ``stop_gradient``).
-
-    Uses the legacy ``BlockGrad`` operator, so it also works inside a graph.
-    """
-    return F.BlockGrad(x.as_nd_ndarray()).as_np_ndarray()
 
 
 def broadcast_mask_terms(F, mask, x):
@@ -80,25 +65,19 @@ def broadcast_mask_terms(F, mask, x):
     return stop_gradient(F, keep), stop_gradient(F, fill)
 
 
-def masked_fill(F, x, keep, fill):
-    """``x`` where ``keep`` is 1, ``fill`` elsewhere; all three of one shape and dtype.
-
-    The legacy same-shape ``where``: no NaN in ``x`` at blocked positions leaks, and its
-    gradient is correct (unlike ``np.where`` with a Python scalar branch, §8 of the notes).
-    """
-    return F.where(keep.as_nd_ndarray(), x.as_nd_ndarray(), fill.as_nd_ndarray()).as_np_ndarray()
-
-
 def _steps(F, data, axis):
     """Positions 0..T-1 along ``axis`` of ``data`` as float32 (T,)."""
     return F.npx.arange_like(data, axis=axis).astype('float32')
 
 
-def logical_and(F, a, b):
-    """Elementwise AND of two 0/1 masks (any dtypes), broadcast, as bool."""
-    return (a.astype('float32') * b.astype('float32')) > 0
+def _check_lengths(data, valid_length, axis, **_):
+    if not _checks.is_symbol(data):
+        if not -data.ndim <= axis < data.ndim:
+            _checks.fail('axis must index a dimension of data {}'.format(data.shape), axis=axis)
+        _checks.check_valid_length(valid_length, data.shape[axis])
 
 
+@_checks.validated_by(_check_lengths)
 def valid_length_to_mask(data, valid_length, axis=1):
     """Mask of the positions before each valid length.
 
@@ -121,10 +100,6 @@ def valid_length_to_mask(data, valid_length, axis=1):
         mask = np.arange(T)[None, :] < valid_length[:, None]
     """
     F = get_F(data)
-    if not _checks.is_symbol(data):
-        if not -data.ndim <= axis < data.ndim:
-            _checks.fail('axis must index a dimension of data {}'.format(data.shape), axis=axis)
-        _checks.check_valid_length(valid_length, data.shape[axis])
     steps = _steps(F, data, axis)
     return steps < F.np.expand_dims(valid_length.astype('float32'), axis=-1)
 
@@ -134,6 +109,14 @@ def _time_and_batch_axes(layout):
     return (1, 0) if layout == 'NT' else (0, 1)
 
 
+def _check_self_lengths(data, valid_length, layout, **_):
+    if not _checks.is_symbol(data) and layout in SEQUENCE_LAYOUTS:
+        time_axis, batch_axis = _time_and_batch_axes(layout)
+        _checks.check_valid_length(valid_length, data.shape[time_axis],
+                                   batch_size=data.shape[batch_axis])
+
+
+@_checks.validated_by(_check_self_lengths)
 def gen_self_attn_mask(data, valid_length=None, attn_type='full', layout='NT'):
     """Self-attention mask of an encoder (``'full'``) or a decoder (``'causal'``).
 
@@ -160,9 +143,6 @@ def gen_self_attn_mask(data, valid_length=None, attn_type='full', layout='NT'):
     _checks.check_choice('attn_type', attn_type, ('full', 'causal'))
     time_axis, batch_axis = _time_and_batch_axes(layout)
     F = get_F(data)
-    if not _checks.is_symbol(data):
-        _checks.check_valid_length(valid_length, data.shape[time_axis],
-                                   batch_size=data.shape[batch_axis])
     steps = _steps(F, data, time_axis)
     rows = F.np.expand_dims(F.np.expand_dims(steps, 0), -1)    # (1, T, 1)
     cols = F.np.expand_dims(F.np.expand_dims(steps, 0), 0)     # (1, 1, T)
@@ -174,10 +154,20 @@ def gen_self_attn_mask(data, valid_length=None, attn_type='full', layout='NT'):
         mask = (rows + cols + batch) >= 0                      # (B, T, T), all True
     if valid_length is not None:
         length = F.np.expand_dims(F.np.expand_dims(valid_length.astype('float32'), -1), -1)
-        mask = logical_and(F, mask, logical_and(F, rows < length, cols < length))
+        mask = combine_masks(mask, rows < length, cols < length)
     return mask
 
 
+def _check_mem_lengths(mem, mem_valid_length, data, data_valid_length, layout, **_):
+    if not _checks.is_symbol(mem) and layout in SEQUENCE_LAYOUTS:
+        time_axis, batch_axis = _time_and_batch_axes(layout)
+        _checks.check_valid_length(mem_valid_length, mem.shape[time_axis], 'mem_valid_length',
+                                   batch_size=mem.shape[batch_axis])
+        _checks.check_valid_length(data_valid_length, data.shape[time_axis],
+                                   'data_valid_length', batch_size=data.shape[batch_axis])
+
+
+@_checks.validated_by(_check_mem_lengths)
 def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layout='NT'):
     """Cross-attention mask from query positions (``data``) to memory positions (``mem``).
 
@@ -202,32 +192,29 @@ def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layou
     """
     time_axis, batch_axis = _time_and_batch_axes(layout)
     F = get_F(data)
-    if not _checks.is_symbol(mem):
-        _checks.check_valid_length(mem_valid_length, mem.shape[time_axis], 'mem_valid_length',
-                                   batch_size=mem.shape[batch_axis])
-        _checks.check_valid_length(data_valid_length, data.shape[time_axis],
-                                   'data_valid_length', batch_size=data.shape[batch_axis])
     rows = F.np.expand_dims(F.np.expand_dims(_steps(F, data, time_axis), 0), -1)  # (1, L_q, 1)
     mem_mask = valid_length_to_mask(mem, mem_valid_length, time_axis)            # (B, L_m)
     mem_mask = F.np.expand_dims(mem_mask, 1)                                      # (B, 1, L_m)
     if data_valid_length is None:
-        return logical_and(F, mem_mask, rows >= 0)                                # (B, L_q, L_m)
+        return combine_masks(mem_mask, rows >= 0)                                 # (B, L_q, L_m)
     length = F.np.expand_dims(F.np.expand_dims(data_valid_length.astype('float32'), -1), -1)
-    return logical_and(F, mem_mask, rows < length)
+    return combine_masks(mem_mask, rows < length)                                # (B, L_q, L_m)
 
 
 def combine_masks(*masks):
     """AND of the given 0/1 masks, ignoring ``None``; ``None`` when all are ``None``.
 
-    The masks must broadcast against each other; the result is bool.
+    The masks (any dtypes, nonzero = 1) must broadcast against each other; the result is bool
+    with their broadcast shape. Works imperatively and inside a graph.
     """
     present = [m for m in masks if m is not None]
     if not present:
         return None
-    F = get_F(present[0])
-    out = present[0].astype('bool')
+    if len(present) == 1:
+        return present[0].astype('bool')
+    out = present[0]
     for mask in present[1:]:
-        out = logical_and(F, out, mask)
+        out = (out.astype('float32') * mask.astype('float32')) > 0    # broadcasting AND
     return out
 
 
@@ -241,19 +228,3 @@ def length_mask(key, valid_length, axis=1):
     steps = F.npx.arange_like(key, axis=axis).astype('float32')              # (L_m,)
     length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
     return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
-
-
-def length_softmax(F, logits, valid_length):
-    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
-
-    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
-    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
-    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
-    so that a graph never reads past a row.
-    """
-    rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
-    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
-    memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)).astype('float32'))  # L_m
-    length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
-    return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)

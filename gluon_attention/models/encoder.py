@@ -3,22 +3,26 @@
 Glossary: B batch, T sequence length (L_q = L_m = T in self-attention), K heads, D units
 (model width), H hidden size of the feed-forward network, V vocabulary size.
 
-The self-attention is this library's :class:`~gluon_attention.cells.MultiHeadAttentionCell`
+The self-attention is this library's :class:`~gluon_attention.core.cells.MultiHeadAttentionCell`
 (layout 'NTK', scaled), given per-query memory lengths (its fused length-aware softmax: the
-same weights as the (B, T, T) mask of :func:`~gluon_attention.masking.gen_self_attn_mask`
+same weights as the (B, T, T) mask of :func:`~gluon_attention.core.masking.gen_self_attn_mask`
 without building it); the layer layout follows BERT
 (Devlin et al., 2019), itself the encoder of Vaswani et al. (2017) with GELU (Hendrycks and
 Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-norm").
+
+Inputs are checked once, by the block the user calls (imperatively or hybridized), before any
+graph runs: B = 0 and T = 0 are refused (MXNet graphs cannot reshape them), and a T beyond
+``max_length`` too (an embedding would clip the positions silently).
 """
 import os
 
 import mxnet as mx
-import numpy as onp
-from mxnet.gluon import HybridBlock, nn
+from mxnet.gluon import nn
 
 from .. import _checks
 from ..core import fused as _fused
-from ..core.cells import Float32OnCPU, MultiHeadAttentionCell
+from ..core.base import CheckedBlock, Float32OnCPU
+from ..core.cells import MultiHeadAttentionCell
 from .checkpoint import load_bert_tensors, read_checkpoint
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder']
@@ -28,6 +32,21 @@ _ACTIVATIONS = ('gelu', 'relu')
 
 def _weight_init():
     return mx.init.Normal(0.02)  # BERT's initializer_range
+
+
+def _check_sequence(data, units, valid_length, mask=None):
+    """data (B, T, D) float with D = ``units``, B, T >= 1; valid_length (B,) or (B, T) in
+    [0, T]; a 0/1 mask broadcasting to (B, T, T)."""
+    _checks.check_rank('data', data, (3,))
+    _checks.check_float_tensor('data', data)
+    if data.shape[-1] != units:
+        _checks.fail('data must have the model width D={} on its last axis'.format(units),
+                     **{'data.shape': data.shape})
+    batch, length = data.shape[:2]
+    _checks.check_not_empty('the batch size B and the sequence length T', (batch, length),
+                            **{'data.shape': data.shape})
+    _checks.check_mask(mask, (batch, length, length))
+    _checks.check_memory_lengths(valid_length, batch, length, length)
 
 
 @mx.util.use_np
@@ -64,7 +83,7 @@ class TransformerEncoderLayer(Float32OnCPU):
     ------
     data : float32 (B, T, D)
     mask : bool or 0/1 (B, T, T), optional
-        Self-attention mask, 1 = attend (see :func:`gluon_attention.masking.gen_self_attn_mask`).
+        Self-attention mask, 1 = attend (see :func:`gluon_attention.gen_self_attn_mask`).
     valid_length : int (B,) or (B, T), optional
         Memory lengths (the fast path for key padding; see
         :func:`gluon_attention.multi_head_dot_attn`). With ``mask``, both apply.
@@ -77,7 +96,8 @@ class TransformerEncoderLayer(Float32OnCPU):
     ------
     ValueError
         On a non-positive size, ``units`` not divisible by ``num_heads``, a rate outside [0, 1)
-        or an unknown ``activation``.
+        or an unknown ``activation``; when called on arrays, on data that is not (B, T, D) with
+        B, T >= 1, a mask or ``valid_length`` of the wrong shape or values.
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
@@ -97,6 +117,7 @@ class TransformerEncoderLayer(Float32OnCPU):
             return nn.Dense(out_units, flatten=False, in_units=in_units,
                             weight_initializer=_weight_init())
 
+        self._units = units
         with self.name_scope():
             self.attn_query = dense(units, units)
             self.attn_key = dense(units, units)
@@ -114,6 +135,9 @@ class TransformerEncoderLayer(Float32OnCPU):
 
     def _split_heads(self, F, x):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
+
+    def check_inputs(self, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
+        _check_sequence(data, self._units, valid_length, mask)
 
     def hybrid_forward(self, F, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
         query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
@@ -148,6 +172,8 @@ class TransformerEncoder(Float32OnCPU):
     valid_length : int32 (B,)
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
+        Called on arrays, data that is not (B, T, D) with B, T >= 1 or lengths outside [0, T]
+        raise ValueError.
 
     Returns
     -------
@@ -189,9 +215,11 @@ class TransformerEncoder(Float32OnCPU):
             self.use_fused_attention(False)                 # the kernel is CPU-only
         return super().forward(data, *args)
 
+    def check_inputs(self, data, valid_length):  # pylint: disable=arguments-differ
+        _checks.check_rank('valid_length', valid_length, (1,))
+        _check_sequence(data, self.layers[0]._units, valid_length)
+
     def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
-        _checks.check_valid_length(valid_length, None if _checks.is_symbol(data)
-                                   else data.shape[1])
         # Per-query memory lengths (B, T): valid_length for a valid query, 0 for a padded one,
         # the lengths form of gen_self_attn_mask(data, valid_length).
         length = F.npx.reshape(valid_length.astype('float32'), (-2, 1))          # (B, 1)
@@ -203,7 +231,7 @@ class TransformerEncoder(Float32OnCPU):
 
 
 @mx.util.use_np
-class BertEncoder(HybridBlock):
+class BertEncoder(CheckedBlock):
     """BERT-architecture backbone: embeddings, LayerNorm, dropout, post-norm Transformer.
 
     Loads standard BERT checkpoints exactly (:meth:`from_pretrained`); the default is
@@ -229,8 +257,9 @@ class BertEncoder(HybridBlock):
     num_heads : int
         K, attention heads; must divide ``units``.
     max_length : int
-        Number of learned positions; T may not exceed it (checked imperatively; an exported graph
-        given longer inputs reads clipped positions).
+        Number of learned positions; T may not exceed it (checked on every call on arrays,
+        hybridized too; only an exported graph, which runs without this class, reads clipped
+        positions when given longer inputs).
     num_token_types : int
         Number of segment (token type) ids.
     dropout, attention_dropout : float
@@ -263,9 +292,9 @@ class BertEncoder(HybridBlock):
     Raises
     ------
     ValueError
-        On an invalid configuration, or imperatively on inputs of the wrong rank, with different
-        shapes, with non-integer or out-of-range ids, with T > ``max_length``, or on a
-        ``valid_length`` outside [0, T].
+        On an invalid configuration, or (on arrays, before any graph runs) on inputs of the
+        wrong rank, with different shapes, with non-integer or out-of-range ids, with B = 0,
+        T = 0 or T > ``max_length``, or on a ``valid_length`` outside [0, T].
     """
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
@@ -299,7 +328,7 @@ class BertEncoder(HybridBlock):
             self._clear_cached_op()
         return super().forward(token_ids, *args)
 
-    def _check_inputs(self, token_ids, token_types, valid_length):
+    def check_inputs(self, token_ids, token_types, valid_length):  # pylint: disable=arguments-differ
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:
@@ -308,9 +337,8 @@ class BertEncoder(HybridBlock):
                             'token_types.shape': token_types.shape})
         _check_ids('token_ids', token_ids, self.config['vocab_size'])
         _check_ids('token_types', token_types, self.config['num_token_types'])
-        if token_ids.shape[1] == 0:
-            _checks.fail('token_ids must have at least one position (T >= 1)',
-                         **{'token_ids.shape': token_ids.shape})
+        _checks.check_not_empty('the batch size B and the sequence length T', token_ids.shape,
+                                **{'token_ids.shape': token_ids.shape})
         if token_ids.shape[1] > self._max_length:
             _checks.fail('the sequence length T must be at most max_length={}'.format(
                 self._max_length), **{'token_ids.shape': token_ids.shape})
@@ -320,8 +348,6 @@ class BertEncoder(HybridBlock):
 
     def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
                        valid_length):
-        if not _checks.is_symbol(token_ids):
-            self._check_inputs(token_ids, token_types, valid_length)
         positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
         data = self.word_embed(token_ids) + self.token_type_embed(token_types) \
             + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)

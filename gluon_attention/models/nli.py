@@ -2,24 +2,26 @@
 
 "A Decomposable Attention Model for Natural Language Inference", EMNLP 2016: attend (soft-align
 each sentence to the other), compare (each token with its aligned phrase), aggregate (sum and
-classify). Unlike the seed (seed 002 #2) and the d2l book, padding is masked on both sides, so the
-logits do not depend on how much padding a batch has.
+classify). Unlike the textbook version in Dive into Deep Learning (Zhang et al., "Natural
+Language Inference: Using Attention"), which lets padding take part in the softmax and the sums,
+padding is masked on both sides, so the logits do not depend on how much padding a batch has.
 
 Dimension letters: B batch, L_A / L_B the lengths of sentences A (premise) and B (hypothesis),
 C embedding size, H ``num_hiddens``. Sentence masks come from the core's builders
-(:mod:`gluon_attention.masking`) and the alignment weights from its
-:func:`gluon_attention.functional.masked_softmax`; nothing here writes its own softmax or fill.
+(:mod:`gluon_attention.core.masking`) and the alignment weights from its
+:func:`gluon_attention.core.softmax.masked_softmax`; nothing here writes its own softmax or
+fill. The blocks check a call's arrays once, before any graph runs (hybridized too).
 """
 import mxnet as mx
 from mxnet.gluon import nn
 
 from .. import _checks
-from ..core.cells import Float32OnCPU
-from ..core.functional import masked_softmax, zero_unattended
+from ..core.base import CheckedBlock, Float32OnCPU
+from ..core.functional import zero_unattended
 from ..core.masking import gen_mem_attn_mask, valid_length_to_mask
+from ..core.softmax import masked_softmax
 
-__all__ = ['Attend', 'Compare', 'Aggregate', 'DecomposableAttention', 'read_glove',
-           'load_glove_embedding', 'predict_logits', 'export_and_reload']
+__all__ = ['Attend', 'Compare', 'Aggregate', 'DecomposableAttention']
 
 
 def _feed_forward(num_hiddens, dropout, flatten):
@@ -49,7 +51,8 @@ def _zero_padding(F, data, valid_length):
 
 
 def _check_sentences(A, B, valid_length_A, valid_length_B, name_a='A', name_b='B', rank=3):
-    """Imperative checks: ranks, equal batch sizes, lengths in range."""
+    """Checks of a call's arrays: ranks, equal batch sizes, B and both sentence lengths at least
+    1 (each sentence is the other's memory), lengths in range."""
     for name, x, ranks in ((name_a, A, (rank,)), (name_b, B, (rank,)),
                            ('valid_length_' + name_a, valid_length_A, (1,)),
                            ('valid_length_' + name_b, valid_length_B, (1,))):
@@ -61,13 +64,16 @@ def _check_sentences(A, B, valid_length_A, valid_length_B, name_a='A', name_b='B
         _checks.check_same_dim('batch sizes', **{name_a: (A, 0), name_b: (B, 0),
                                                  'valid_length_' + name_a: (valid_length_A, 0),
                                                  'valid_length_' + name_b: (valid_length_B, 0)})
+        _checks.check_not_empty('the batch size B and both sentence lengths',
+                                (A.shape[0], A.shape[1], B.shape[1]),
+                                **{name_a + '.shape': A.shape, name_b + '.shape': B.shape})
         _checks.check_valid_length(valid_length_A, A.shape[1], 'valid_length_' + name_a)
         _checks.check_valid_length(valid_length_B, B.shape[1], 'valid_length_' + name_b)
 
 
 @mx.util.use_np
 class Attend(Float32OnCPU):
-    """Soft alignment of two sentences (step 1 of Parikh et al., 2016; seed 002 #2), masked.
+    """Soft alignment of two sentences (step 1, "attend", of Parikh et al., 2016), masked.
 
     Parameters
     ----------
@@ -97,8 +103,9 @@ class Attend(Float32OnCPU):
     Raises
     ------
     ValueError
-        At construction for a bad ``num_hiddens`` or ``dropout``; when called imperatively, for
-        mismatched batch sizes or lengths outside their ranges.
+        At construction for a bad ``num_hiddens`` or ``dropout``; when called on arrays
+        (hybridized too, before the graph runs), for mismatched batch sizes, B = 0, L_A = 0 or
+        L_B = 0, or lengths outside their ranges.
     """
 
     def __init__(self, num_hiddens, dropout=0.2, **kwargs):
@@ -114,8 +121,10 @@ class Attend(Float32OnCPU):
         mask = gen_mem_attn_mask(B, valid_length_B, A, valid_length_A)     # (B, L_A, L_B)
         return _align(F, scores, mask)
 
-    def hybrid_forward(self, F, A, B, valid_length_A, valid_length_B):
+    def check_inputs(self, A, B, valid_length_A, valid_length_B):  # pylint: disable=arguments-differ
         _check_sentences(A, B, valid_length_A, valid_length_B)
+
+    def hybrid_forward(self, F, A, B, valid_length_A, valid_length_B):
         weights_b, weights_a = self._weights(F, A, B, valid_length_A, valid_length_B)
         # Padded rows are zeroed too, so that even NaN padding cannot leak through 0 * NaN.
         B_valid = _zero_padding(F, B, valid_length_B)
@@ -181,6 +190,9 @@ class Aggregate(Float32OnCPU):
             self.h = _feed_forward(num_hiddens, dropout, flatten=True)
             self.output = nn.Dense(num_outputs, flatten=True)
 
+    def check_inputs(self, V_A, V_B, valid_length_A, valid_length_B):  # pylint: disable=arguments-differ
+        _check_sentences(V_A, V_B, valid_length_A, valid_length_B, 'V_A', 'V_B')
+
     def hybrid_forward(self, F, V_A, V_B, valid_length_A, valid_length_B):
         v_A = _zero_padding(F, V_A, valid_length_A).sum(axis=1)   # (B, H)
         v_B = _zero_padding(F, V_B, valid_length_B).sum(axis=1)   # (B, H)
@@ -188,7 +200,7 @@ class Aggregate(Float32OnCPU):
 
 
 @mx.util.use_np
-class DecomposableAttention(nn.HybridBlock):
+class DecomposableAttention(CheckedBlock):
     """The decomposable-attention NLI classifier (Parikh et al., 2016), padding-masked.
 
     Parameters
@@ -207,7 +219,7 @@ class DecomposableAttention(nn.HybridBlock):
     token ids (B, L_p) and (B, L_h) (int32 or float32), valid lengths (B,) int32/int64 (or integral
     float32). Returns logits float32 (B, num_classes). Appending more padding (any token ids) to a
     batch leaves the logits unchanged. After ``hybridize()`` and ``export``, the graph's inputs are
-    ``data0..data3`` in this order and accept any B, L_p and L_h.
+    ``data0..data3`` in this order and accept any B, L_p and L_h of at least 1.
     """
 
     def __init__(self, vocab_size, embed_size=100, num_hiddens=200, num_classes=3, dropout=0.2,
@@ -218,14 +230,19 @@ class DecomposableAttention(nn.HybridBlock):
             _checks.check_positive_int(name, value)
         with self.name_scope():
             self.embedding = nn.Embedding(vocab_size, embed_size)
+            # The child names are the paper's steps and part of the parameter names written by
+            # save_parameters ('attend.f.1.weight'): renaming one breaks trained files.
             self.attend = Attend(num_hiddens, dropout)
             self.compare = Compare(num_hiddens, dropout)
             self.aggregate = Aggregate(num_hiddens, num_classes, dropout)
 
-    def hybrid_forward(self, F, premise, hypothesis, premise_valid_length,
-                       hypothesis_valid_length):
+    def check_inputs(self, premise, hypothesis, premise_valid_length,  # pylint: disable=arguments-differ
+                     hypothesis_valid_length):
         _check_sentences(premise, hypothesis, premise_valid_length, hypothesis_valid_length,
                          'premise', 'hypothesis', rank=2)
+
+    def hybrid_forward(self, F, premise, hypothesis, premise_valid_length,
+                       hypothesis_valid_length):
         A, B = self.embedding(premise), self.embedding(hypothesis)   # (B, L_p, C), (B, L_h, C)
         beta, alpha = self.attend(A, B, premise_valid_length, hypothesis_valid_length)
         V_A, V_B = self.compare(A, B, beta, alpha)
@@ -241,7 +258,10 @@ class DecomposableAttention(nn.HybridBlock):
             (zero row when i is padding); ``weights_p[b, :, j]``: distribution over premise tokens
             aligned to hypothesis token j.
         """
-        _check_sentences(premise, hypothesis, premise_valid_length, hypothesis_valid_length,
-                         'premise', 'hypothesis', rank=2)
-        A, B = self.embedding(premise), self.embedding(hypothesis)
-        return self.attend._weights(mx.nd, A, B, premise_valid_length, hypothesis_valid_length)
+        with _checks.entry() as outermost:
+            if outermost:
+                self.check_inputs(premise, hypothesis, premise_valid_length,
+                                  hypothesis_valid_length)
+            A, B = self.embedding(premise), self.embedding(hypothesis)
+            return self.attend._weights(mx.nd, A, B, premise_valid_length,
+                                        hypothesis_valid_length)

@@ -5,15 +5,19 @@ Models p(start) * p(end | start) * p(answerable), the conditional head of GluonN
 polarity: ``p_mask`` is 1 where a token may be a start or end position (the [CLS] token, which
 stands for the null answer, and the context tokens) and 0 elsewhere (query, [SEP], padding).
 
+Both blocks check a call's arrays (the backbone's through its own ``check_inputs`` when it has
+one, ``p_mask`` and positions here) before any graph runs, hybridized too.
+
 Glossary: B batch, T sequence length, C hidden size, N start candidates per sequence.
 """
 import mxnet as mx
-from mxnet.gluon import HybridBlock, nn
+from mxnet.gluon import nn
 
 from .. import _checks
-from ..core.functional import (float32_on_cpu, masked_log_softmax, masked_softmax,
-                         select_vectors_by_position)
-from ..core.masking import get_F
+from ..core._ops import float32_on_cpu, get_F
+from ..core.base import CheckedBlock
+from ..core.functional import select_vectors_by_position
+from ..core.softmax import masked_log_softmax, masked_softmax
 
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
 
@@ -22,8 +26,20 @@ def _dense(units):
     return nn.Dense(units, flatten=False, weight_initializer=mx.init.Normal(0.02))
 
 
+def _check_head_inputs(backbone, tokens, token_types, valid_length, p_mask):
+    """The backbone's own checks (when it has them) and a 0/1 ``p_mask`` shaped like tokens."""
+    check_backbone = getattr(backbone, 'check_inputs', None)
+    if check_backbone is not None:
+        check_backbone(tokens, token_types, valid_length)
+    _checks.check_rank('p_mask', p_mask, (2,))
+    if p_mask.shape != tokens.shape:
+        _checks.fail('p_mask must have the shape (B, T) of tokens {}'.format(tokens.shape),
+                     **{'p_mask.shape': p_mask.shape})
+    _checks.check_mask(p_mask, tokens.shape, 'p_mask')
+
+
 @mx.util.use_np
-class ModelForQAConditional(HybridBlock):
+class ModelForQAConditional(CheckedBlock):
     """A backbone plus start, conditioned end and answerable heads.
 
     Parameters
@@ -48,6 +64,10 @@ class ModelForQAConditional(HybridBlock):
 
     float16: the heads keep float32 parameters; a float16 contextual embedding on a CPU (where
     MXNet 1.9.1 has no float16 GEMM) is computed in float32 and the logits return as float16.
+
+    Raises ValueError when called on arrays (before any graph runs) for a ``p_mask`` that is not
+    0/1 of shape (B, T), a ``start_position`` outside [0, T) or not (B,), and whatever the
+    backbone's ``check_inputs`` refuses.
     """
 
     def __init__(self, backbone, units=384, dropout=0.1, activation='tanh',
@@ -64,6 +84,12 @@ class ModelForQAConditional(HybridBlock):
             self.answerable_scores = nn.HybridSequential(prefix='answerable_')
             self.answerable_scores.add(_dense(units), nn.Activation(activation),
                                        nn.Dropout(dropout), _dense(2))
+
+    def check_inputs(self, tokens, token_types, valid_length, p_mask, start_position):  # pylint: disable=arguments-differ
+        _check_head_inputs(self.backbone, tokens, token_types, valid_length, p_mask)
+        _checks.check_rank('start_position', start_position, (1,))
+        _checks.check_valid_length(start_position, tokens.shape[1] - 1, 'start_position',
+                                   batch_size=tokens.shape[0])
 
     def _start_scores(self, contextual_embedding):
         F = get_F(contextual_embedding)
@@ -133,14 +159,15 @@ def decode_heads(model, embedding, p_mask, start_top_n, end_top_n):
 
 
 @mx.util.use_np
-class QAInference(HybridBlock):
+class QAInference(CheckedBlock):
     """The exportable inference graph of a :class:`ModelForQAConditional`.
 
     Call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
     p_mask (B, T) float32)`` and get ``start_top_logits (B, Ns)``, ``start_top_index (B, Ns)``
     (float32), ``end_top_logits (B, Ns, Ne)``, ``end_top_index (B, Ns, Ne)`` (float32) and
     ``answerable_logits (B, 2)``. No end >= start or length constraint is applied here: span
-    decoding does that.
+    decoding does that. Raises ValueError when called on arrays with T < ``start_top_n`` or
+    ``end_top_n``, or as :class:`ModelForQAConditional` on ``p_mask`` and the backbone inputs.
     """
 
     def __init__(self, model, start_top_n=5, end_top_n=5, **kwargs):
@@ -150,14 +177,22 @@ class QAInference(HybridBlock):
         with self.name_scope():
             self.model = model
 
+    def check_inputs(self, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
+        _check_head_inputs(self.model.backbone, tokens, token_types, valid_length, p_mask)
+        if tokens.ndim == 2 and tokens.shape[1] < max(self._top_n):
+            _checks.fail('the sequence length T must be at least start_top_n and end_top_n '
+                         '{}'.format(self._top_n), **{'tokens.shape': tokens.shape})
+
     def hybrid_forward(self, F, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
         embedding = self.model.backbone(tokens, token_types, valid_length)
         return decode_heads(self.model, embedding, p_mask, *self._top_n)
 
 
-def _check_loss_inputs(start_logits, start_position, end_position, is_impossible):
-    """Imperatively: gold positions in [0, T) and labels in {0, 1}, one per batch row (npx.pick
+def _check_loss_inputs(start_logits, start_position, end_position, is_impossible, **_):
+    """On arrays: gold positions in [0, T) and labels in {0, 1}, one per batch row (npx.pick
     would silently clip an out-of-range index)."""
+    if _checks.is_symbol(start_logits):
+        return
     _checks.check_rank('start_logits', start_logits, (2,))
     batch, length = start_logits.shape
     for name, x, high in (('start_position', start_position, length - 1),
@@ -167,6 +202,7 @@ def _check_loss_inputs(start_logits, start_position, end_position, is_impossible
         _checks.check_valid_length(x, high, name, batch_size=batch)
 
 
+@_checks.validated_by(_check_loss_inputs)
 def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_position,
             is_impossible, answerable_weight=1.0, sample_weight=None):
     """Mean negative log-likelihood of the gold span plus the weighted answerable loss.
@@ -180,8 +216,6 @@ def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_pos
     - answerable_weight * mean(sample_weight * answerable[is_impossible])``.
     """
     F = get_F(start_logits)
-    if not _checks.is_symbol(start_logits):
-        _check_loss_inputs(start_logits, start_position, end_position, is_impossible)
     span = F.npx.pick(start_logits, start_position, axis=-1) + \
         F.npx.pick(end_logits, end_position, axis=-1)
     answerable = F.npx.pick(answerable_logits, is_impossible, axis=-1)

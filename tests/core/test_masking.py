@@ -9,7 +9,7 @@ from mxnet import np, npx
 
 import reference as ref
 from conftest import HYBRID_TOL, hybridize_mode, sweep, tol
-from gluon_attention.core import functional as fn
+from gluon_attention.core import softmax as sm
 from gluon_attention.core import masking
 
 
@@ -118,7 +118,7 @@ def test_masked_softmax_oracle_forward_backward(shape, mask_shape, temperature):
     head = onp.random.normal(size=shape)
     score.attach_grad()
     with mx.autograd.record():
-        out = fn.masked_softmax(score, np.array(mask, dtype=bool), axis=-1,
+        out = sm.masked_softmax(score, np.array(mask, dtype=bool), axis=-1,
                                 temperature=temperature)
     out.backward(np.array(head, dtype='float32'))
     expected = ref.masked_softmax(score, mask, temperature=temperature)
@@ -136,7 +136,7 @@ def test_masked_softmax_other_axes(axis):
     head = onp.random.normal(size=(3, 4, 5))
     score.attach_grad()
     with mx.autograd.record():
-        out = fn.masked_softmax(score, np.array(mask, dtype=bool), axis=axis)
+        out = sm.masked_softmax(score, np.array(mask, dtype=bool), axis=axis)
     out.backward(np.array(head, dtype='float32'))
     expected = ref.masked_softmax(score, mask, axis=axis)
     onp.testing.assert_allclose(out.asnumpy(), expected, **tol())
@@ -146,14 +146,14 @@ def test_masked_softmax_other_axes(axis):
 
 def test_masked_softmax_without_mask_is_softmax():
     score = _rand((2, 3, 5))
-    out = fn.masked_softmax(score, None, temperature=0.5)
+    out = sm.masked_softmax(score, None, temperature=0.5)
     onp.testing.assert_allclose(out.asnumpy(), ref.masked_softmax(score, None, temperature=0.5),
                                 **tol())
 
 
 def test_masked_softmax_rows_sum_to_one_or_zero():
     score, mask = _masked_case((4, 6, 7), (4, 6, 7))
-    out = fn.masked_softmax(score, np.array(mask, dtype='int32')).asnumpy()
+    out = sm.masked_softmax(score, np.array(mask, dtype='int32')).asnumpy()
     sums = out.sum(-1)
     full_masked = mask.sum(-1) == 0
     onp.testing.assert_allclose(sums[~full_masked], 1.0, rtol=1e-6, atol=1e-6)
@@ -164,7 +164,7 @@ def test_masked_softmax_nan_scores_at_masked_positions_do_not_leak():
     score, mask = _masked_case((2, 3, 5), (2, 3, 5))
     raw = score.asnumpy()
     raw[mask == 0] = onp.nan
-    out = fn.masked_softmax(np.array(raw), np.array(mask, dtype=bool)).asnumpy()
+    out = sm.masked_softmax(np.array(raw), np.array(mask, dtype=bool)).asnumpy()
     assert onp.isfinite(out).all()
     onp.testing.assert_allclose(out, ref.masked_softmax(score, mask), **tol())
 
@@ -172,12 +172,12 @@ def test_masked_softmax_nan_scores_at_masked_positions_do_not_leak():
 def test_masked_softmax_float16_finite():
     score, mask = _masked_case((2, 4, 6), (2, 4, 6))
     big = np.array(score.asnumpy() * 1e4, dtype='float16')
-    out = fn.masked_softmax(big, np.array(mask, dtype=bool))
+    out = sm.masked_softmax(big, np.array(mask, dtype=bool))
     assert out.dtype == onp.float16
     values = out.asnumpy()
     assert onp.isfinite(values).all()
     assert onp.all(values[mask == 0] == 0)
-    out = fn.masked_softmax(np.array(score, dtype='float16'), np.array(mask, dtype=bool))
+    out = sm.masked_softmax(np.array(score, dtype='float16'), np.array(mask, dtype=bool))
     onp.testing.assert_allclose(out.asnumpy(), ref.masked_softmax(score, mask), **tol('float16'))
 
 
@@ -188,7 +188,7 @@ def test_masked_log_softmax_oracle_forward_backward(shape, mask_shape):
     head = onp.random.normal(size=shape)
     score.attach_grad()
     with mx.autograd.record():
-        out = fn.masked_log_softmax(score, np.array(mask, dtype=bool))
+        out = sm.masked_log_softmax(score, np.array(mask, dtype=bool))
         finite = np.where(np.array(onp.broadcast_to(mask, shape), dtype=bool), out,
                           np.zeros_like(out))
     finite.backward(np.array(head, dtype='float32'))
@@ -206,7 +206,7 @@ def test_masked_log_softmax_gradient_through_inf_is_zero():
     score, mask = _masked_case((2, 3, 4), (2, 3, 4))
     score.attach_grad()
     with mx.autograd.record():
-        out = fn.masked_log_softmax(score, np.array(mask, dtype=bool))
+        out = sm.masked_log_softmax(score, np.array(mask, dtype=bool))
     out.backward()
     grad = score.grad.asnumpy()
     assert onp.isfinite(grad).all()
@@ -258,9 +258,9 @@ class _Softmax(mx.gluon.HybridBlock):
 
     def hybrid_forward(self, F, score, mask):
         if self._log:
-            out = fn.masked_log_softmax(score, mask, axis=self._axis)
+            out = sm.masked_log_softmax(score, mask, axis=self._axis)
             return F.np.where(mask, out, F.np.zeros_like(out))
-        return fn.masked_softmax(score, mask, axis=self._axis, temperature=self._temperature)
+        return sm.masked_softmax(score, mask, axis=self._axis, temperature=self._temperature)
 
 
 @pytest.mark.parametrize('log', [False, True])

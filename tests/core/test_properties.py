@@ -18,6 +18,7 @@ from mxnet import autograd, np
 import gluon_attention as ga
 from gluon_attention.core import cells
 from gluon_attention.core import functional as fn
+from gluon_attention.core import softmax as sm
 
 EXAMPLES = int(os.environ.get('GA_HYPOTHESIS_EXAMPLES', '15'))
 settings.register_profile('gluon_attention_properties', max_examples=EXAMPLES, deadline=None,
@@ -67,12 +68,12 @@ def test_masked_softmax_rows_and_masked_zeros(case):
     rng = onp.random.RandomState(seed)
     scores = rng.normal(scale=5.0, size=shape)
     keep = rng.rand(*mask_shape) < 0.6
-    weights = fn.masked_softmax(_f(scores, dtype), _f(keep, mask_dtype), axis, temperature)
+    weights = sm.masked_softmax(_f(scores, dtype), _f(keep, mask_dtype), axis, temperature)
     assert weights.shape == shape and weights.dtype == onp.dtype(dtype)
     out = weights.asnumpy()
     assert onp.all(onp.isfinite(out))
     _check_rows(out, keep, axis)
-    log_w = fn.masked_log_softmax(_f(scores, dtype), _f(keep, mask_dtype), axis).asnumpy()
+    log_w = sm.masked_log_softmax(_f(scores, dtype), _f(keep, mask_dtype), axis).asnumpy()
     full_keep = onp.broadcast_to(keep, shape)
     assert onp.all(log_w[~full_keep] == -onp.inf)
     if temperature is None:
@@ -91,7 +92,7 @@ def test_masked_softmax_hybridized_equals_imperative_with_gradients(case):
     @mx.util.use_np
     class Softmax(mx.gluon.HybridBlock):
         def hybrid_forward(self, F, x, mask):
-            return fn.masked_softmax(x, mask, axis, temperature)
+            return sm.masked_softmax(x, mask, axis, temperature)
 
     results = []
     for hybrid in (False, True):
