@@ -8,6 +8,7 @@ a few seconds; the script is loaded as a module and called in this process.
 import dataclasses
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,10 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
         script.main(args + ['--output-dir', str(tmp_path / 'killed'), '--lr', '0.01'])
     assert {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir()
             if p.is_file()} == before
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(script, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)      # import matplotlib fails
+    with pytest.raises(SystemExit, match=r'pip install gluon_attention\[plots\]'):
+        script.main(['--output-dir', str(tmp_path), '--plot-attention', '2'])
+    assert not list(tmp_path.iterdir())
