@@ -4,6 +4,7 @@ The kernel is built by ``make venv``; without it these tests fail, or are skippe
 without a C++ compiler (or with GA_NO_FUSED=1).
 """
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -261,7 +262,8 @@ def test_fused_encoder_equals_composed_encoder(rng):
 
 def test_pretrained_fused_matches_transformers_fixture():
     """all-MiniLM-L6-v2 through the fused kernel still matches transformers within 1e-4."""
-    import test_encoder as te  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / 'models'))
+    import test_encoder as te  # pylint: disable=import-outside-toplevel  (its fixture and helpers)
     data = onp.load(te.FIXTURE)
     model = BertEncoder.from_pretrained(attention_dropout=0.0)
     assert model.encoder.fused_attention
