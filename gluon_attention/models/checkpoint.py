@@ -1,5 +1,7 @@
 """Reading BERT checkpoints: a ``config.json`` + ``model.safetensors`` folder into BertEncoder
-arguments and parameters, with every tensor name and shape checked.
+arguments and parameters, with every tensor name and shape checked; and writing one back
+(:func:`write_checkpoint`), in the same standard names and shapes, so that other BERT tools load
+a fine-tuned encoder.
 
 Tensor names are the standard BERT ones (Devlin et al., 2019, as Hugging Face writes them), with or
 without a ``bert.`` prefix; TF-style LayerNorm ``gamma``/``beta`` are accepted.
@@ -13,7 +15,8 @@ import numpy as onp
 from .. import _checks
 from .._resources import default_model_dir
 
-__all__ = ['read_checkpoint', 'load_bert_tensors']
+__all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config',
+           'write_checkpoint']
 
 
 def read_checkpoint(path=None):
@@ -150,3 +153,53 @@ def load_bert_tensors(block, tensors, source):
             _checks.fail('tensor {} must have shape {} (from config.json)'.format(
                 bert_name, tuple(param.shape)), **{bert_name + '.shape': tuple(value.shape)})
         param.set_data(mx.np.array(onp.asarray(value, dtype=onp.float32), dtype=onp.float32))
+
+
+def bert_tensors(block):
+    """A BertEncoder's parameters under the standard BERT tensor names.
+
+    Parameters
+    ----------
+    block : BertEncoder
+        Initialized.
+
+    Returns
+    -------
+    dict of str -> numpy.ndarray
+        float32 arrays named as :func:`load_bert_tensors` reads them (no ``bert.`` prefix,
+        LayerNorm as ``weight``/``bias``), with the shapes it checks: dense weights (out, in),
+        embeddings (rows, D).
+    """
+    params = block._collect_params_with_prefix()  # pylint: disable=protected-access
+    return {bert: params[ours].data().asnumpy().astype(onp.float32)
+            for bert, ours in _bert_name_map(block.config['num_layers']).items()}
+
+
+def bert_config(block):
+    """A BERT ``config.json`` dict (the keys :func:`read_checkpoint` and other BERT tools read)
+    describing ``block.config``."""
+    config = {key: block.config[arg] for arg, key in _CONFIG_KEYS.items()}
+    config.update(architectures=['BertModel'], model_type='bert', hidden_act='gelu',
+                  position_embedding_type='absolute', pad_token_id=0, initializer_range=0.02)
+    return config
+
+
+def write_checkpoint(block, folder):
+    """Write ``block`` as ``folder/config.json`` and ``folder/model.safetensors``.
+
+    The folder is created if needed; :meth:`BertEncoder.from_pretrained` (and BERT loaders of
+    other libraries) read it back. Existing files of those names are replaced.
+
+    Returns
+    -------
+    (str, str)
+        The paths of the config and weights files.
+    """
+    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config_file, weights_file = folder / 'config.json', folder / 'model.safetensors'
+    config_file.write_text(json.dumps(bert_config(block), indent=2, sort_keys=True) + '\n',
+                           encoding='utf-8')
+    save_file(bert_tensors(block), str(weights_file), metadata={'format': 'pt'})
+    return str(config_file), str(weights_file)
