@@ -1,4 +1,6 @@
-"""Smoke run of scripts/run_squad.py: train a few steps, evaluate, export, reload, check."""
+"""Smoke run of scripts/run_squad.py on the embedded MiniLM: train a few steps, evaluate,
+export, reload, check; its command line (help texts, one-line errors)."""
+import importlib.util
 import json
 import os
 import re
@@ -8,14 +10,22 @@ import sys
 import pytest
 
 from gluon_attention.core import fused
+from gluon_attention.tasks.squad_config import TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--max-steps', '3', '--checkpoint-every', '2', '--max-train-features', '24',
         '--max-eval-examples', '12', '--batch-size', '4', '--eval-batch-size', '8',
         '--max-seq-length', '96', '--eval-max-seq-length', '128', '--doc-stride', '32',
-        '--max-query-length', '24', '--threads', '1', '--seed', '3']
+        '--max-query-length', '24', '--threads', '1', '--seed', '3', '--threshold-titles', '',
+        '--no-progress']
 OFFICIAL_KEYS = {'exact', 'f1', 'total', 'HasAns_exact', 'HasAns_f1', 'NoAns_exact', 'NoAns_f1',
                  'best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'}
+
+
+_SPEC = importlib.util.spec_from_file_location(
+    'run_squad_script', os.path.join(ROOT, 'scripts', 'run_squad.py'))
+run_squad = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(run_squad)
 
 
 def run_script(output_dir, *extra):
@@ -43,7 +53,9 @@ def test_outputs_have_official_format(smoke_run):
     null_odds = json.loads((out / 'null_odds.json').read_text())
     assert set(predictions) == set(null_odds) and len(predictions) == 12
     assert all(isinstance(v, str) for v in predictions.values())
-    # the threshold rule: '' exactly where the score difference exceeds the default 0.0
+    assert metrics['null_threshold'] == 0.0
+    assert metrics['null_threshold_source'] == 'default 0.0 (no --threshold-titles)'
+    # the threshold rule: '' exactly where the score difference exceeds the threshold
     nbest = json.loads((out / 'nbest_predictions.json').read_text())
     for qid, text in predictions.items():
         if null_odds[qid] > 0.0:
@@ -52,11 +64,11 @@ def test_outputs_have_official_format(smoke_run):
             assert text == nbest[qid][0]['text']
 
 
-def test_export_reload_in_fresh_process_matches(smoke_run):
+def test_export_reload_matches(smoke_run):
     out, proc = smoke_run
     check = json.loads((out / 'export' / 'check.json').read_text())
     assert check['status'] == 'ok' and check['identical'] == check['total'] == 12
-    assert check['max_abs_diff'] < 1e-4
+    assert check['max_abs_diff'] < 1e-4 and check['num_batches'] == 4
     assert 'export check: 12/12' in proc.stdout
     spec = json.loads((out / 'export' / 'qa-inputs.json').read_text())
     assert spec['input_names'] == ['input_ids', 'token_types', 'valid_length', 'p_mask']
@@ -83,22 +95,44 @@ def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
 
 
 @pytest.mark.parametrize('extra, message', [
-    (['--ctx', 'tpu(0)'], r"ctx must look like .*Received: ctx='tpu\(0\)'"),
+    (['--ctx', 'tpu(0)'], r"ctx must be .*Received: ctx='tpu\(0\)'"),
     (['--ctx', 'gpu(7)'], r'names a GPU but this MXNet sees \d+ GPU'),
-    (['--model-dir', '/nonexistent_dir'], r'nonexistent_dir'),
-    (['--dropout', '1.5'], r'--dropout must lie in \[0, 1\)\. Received: 1\.5'),
+    (['--model-dir', '/nonexistent_dir'], r"missing: config.json.*model_dir='/nonexistent_dir'"),
+    (['--dropout', '1.5'], r'--dropout must lie in \[0, 1\)\. Received: dropout=1\.5'),
     (['--attention-dropout', '-0.1'], r'--attention-dropout must lie in \[0, 1\)'),
-    (['--warmup-ratio', '2'], r'--warmup-ratio is a fraction in \[0, 1\]\. Received: 2\.0'),
+    (['--warmup-ratio', '2'], r'--warmup-ratio is a fraction in \[0, 1\]\. Received: '
+                              r'warmup_ratio=2\.0'),
     (['--no-answer-chunk-ratio', '5'], r'--no-answer-chunk-ratio is a fraction in \[0, 1\]'),
-    (['--null-score-diff-threshold', 'nan'], r'--null-score-diff-threshold must be a finite'),
+    (['--grad-accum-steps', '0'], r'--grad-accum-steps must be a positive integer'),
+    (['--null-score-diff-threshold', 'nan'],
+     r"--null-score-diff-threshold must be 'auto' or a finite number"),
     (['--eval-max-seq-length', '600'],
      r"--eval-max-seq-length must be at most the model's max_position_embeddings=512"),
+    (['--threshold-titles', 'No_such_article'], r"No_such_article"),
 ])
-def test_bad_arguments_are_one_line_errors(tmp_path, extra, message):
-    """No traceback: the error line names the argument and what was received."""
-    proc = run_script(tmp_path, *extra)
-    assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr[-2000:]
-    assert re.search(message, proc.stderr), proc.stderr[-2000:]
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
+    """Before any work: SystemExit with one line naming the argument and what was received
+    (status 2 from the parser for bad values, a message for what does not exist)."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_squad.main(['--output-dir', str(tmp_path)] + TINY + extra)
+    code = exit_info.value.code
+    text = capsys.readouterr().err.strip().splitlines()[-1] if code == 2 else str(code)
+    assert re.search(message, text), text
+    assert not (tmp_path / 'run_config.json').exists()
+
+
+def test_every_option_has_help_with_its_default():
+    parser = run_squad.build_parser()
+    for command in run_squad.COMMANDS:
+        sub = parser._subparsers._group_actions[0].choices[command]  # pylint: disable=W0212
+        options = [a for a in sub._actions if a.dest not in ('help', 'config_class', 'parser')]
+        assert len(options) > 10
+        for action in options:
+            assert action.help and '(default: {})'.format(action.default) in action.help, \
+                action.dest
+    epochs = [a for a in parser._subparsers._group_actions[0].choices['train']._actions
+              if a.dest == 'max_steps'][0]
+    assert '> 0 wins over --epochs' in epochs.help
 
 
 def test_export_inference_script_round_trip(tmp_path):
@@ -118,7 +152,7 @@ def test_training_selection_with_plausible_spans():
     """With plausible spans, only the impossible questions' chunks that hold the plausible span
     follow --impossible-ratio; their other chunks follow --no-answer-chunk-ratio."""
     from types import SimpleNamespace
-    from gluon_attention.tasks.squad import _select_training
+    from gluon_attention.tasks.squad_data import select_training
     examples = [SimpleNamespace(is_impossible=False), SimpleNamespace(is_impossible=True)]
     kinds = {'answer': (0, False, 5), 'missed': (0, True, 0), 'plausible': (1, True, 5),
              'elsewhere': (1, True, 0)}
@@ -126,8 +160,8 @@ def test_training_selection_with_plausible_spans():
                 for kind, (e, imp, s) in kinds.items() for _ in range(400)]
 
     def kept(**ratios):
-        args = SimpleNamespace(seed=0, max_train_features=0, **ratios)
-        chosen = _select_training(features, examples, args)
+        config = TrainConfig(seed=0, max_train_features=0, **ratios)
+        chosen = select_training(features, examples, config)
         return {kind: sum(f.kind == kind for f in chosen) / 400 for kind in kinds}
 
     plain = kept(impossible_ratio=1.0, no_answer_chunk_ratio=0.0, plausible_spans=0)

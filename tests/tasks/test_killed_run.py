@@ -25,7 +25,8 @@ SCRIPT = ROOT / 'scripts' / 'run_squad.py'
 TINY = ['--max-steps', '4', '--checkpoint-every', '2', '--max-train-features', '48',
         '--max-eval-examples', '8', '--batch-size', '4', '--max-seq-length', '96',
         '--eval-max-seq-length', '128', '--doc-stride', '32', '--max-query-length', '24',
-        '--extra-train-file', '', '--threads', '1', '--skip-export', '--seed', '11']
+        '--extra-train-file', '', '--threads', '1', '--skip-export', '--seed', '11',
+        '--threshold-titles', '', '--no-progress']
 TIMING_KEYS = ('train_seconds', 'train_features_per_second', 'eval_seconds')
 TIMEOUT = 600
 

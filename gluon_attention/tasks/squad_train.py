@@ -1,0 +1,98 @@
+"""``run_squad.py train``: fine-tune the encoder with the QA heads, choose the null threshold on
+the held-out articles, save ``<output-dir>/model``, evaluate, export and check the reload.
+
+:func:`prepare_train` checks what the command line names and reads the data (ValueError,
+OSError or ImportError before any work starts, which the script reports as a one-line error);
+:func:`run_train` does the work and returns the exit status.
+"""
+import os
+import time
+
+import mxnet as mx
+
+from ..data import squad
+from ..models.encoder import BertEncoder
+from ..models.qa import ModelForQAConditional
+from .config import write_run_config
+from .qa_folder import model_folder, save_model_folder
+from .squad import check_resumable, train
+from .squad_data import (check_positions, eval_stride, heldout_examples,
+                         load_training_features, warn_shared_articles)
+from .squad_eval import (NEVER_NULL, calibrate_threshold, check_export, contexts_of, eval_job,
+                         infer, null_threshold, score_and_write)
+
+__all__ = ['build_model', 'prepare_train', 'run_train']
+
+
+def build_model(model_dir, config, contexts):
+    """The pretrained encoder of ``model_dir`` (None: the embedded one) under new QA heads."""
+    # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
+    backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
+                                           attention_dropout=config.attention_dropout)
+    model = ModelForQAConditional(backbone, units=backbone.config['units'],
+                                  dropout=config.classifier_dropout)
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        head.initialize(mx.init.Normal(0.02), ctx=contexts)
+    backbone.collect_params().reset_ctx(contexts)
+    if config.freeze_word_embeddings:
+        backbone.word_embed.weight.grad_req = 'null'
+    model.hybridize(static_alloc=True)
+    return model
+
+
+def prepare_train(config):
+    """Devices, tokenizer, training features, held-out and evaluation questions; then
+    ``run_config.json`` is written."""
+    contexts, folder = contexts_of(config), model_folder(config)
+    check_positions(folder, {'max_seq_length': config.max_seq_length,
+                             'eval_max_seq_length': config.eval_max_seq_length})
+    check_resumable(config)
+    tokenizer = squad.load_tokenizer(folder)
+    features, train_examples = load_training_features(config, tokenizer)
+    heldout = heldout_examples(config) if config.version_2_with_negative else []
+    job = eval_job(config, tokenizer, config.eval_max_seq_length, config.max_query_length)
+    warn_shared_articles(train_examples + heldout, job['examples'])
+    job.update(contexts=contexts, folder=folder, tokenizer=tokenizer, features=features,
+               heldout=heldout)
+    write_run_config(config.output_dir, config)
+    return job
+
+
+def _qa_config(model, config, calibration):
+    return dict(calibration, head_units=model.backbone.config['units'],
+                head_dropout=config.classifier_dropout, max_seq_length=config.max_seq_length,
+                doc_stride=config.doc_stride, eval_max_seq_length=config.eval_max_seq_length,
+                eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length),
+                max_query_length=config.max_query_length,
+                version_2_with_negative=config.version_2_with_negative,
+                p_mask='1 = may be an answer start or end ([CLS] and context tokens)')
+
+
+def run_train(config, job):
+    """Train (or resume), choose the null threshold, save ``<output-dir>/model``, evaluate,
+    write the outputs, export and check the reload."""
+    contexts = job['contexts']
+    model = build_model(config.model_dir, config, contexts)
+    steps, _, train_seconds = train(model, job['features'], config, contexts)
+    if config.version_2_with_negative:
+        calibration = calibrate_threshold(model, job['heldout'], job['tokenizer'], config,
+                                          contexts[0])
+    else:
+        calibration = {'null_threshold': None, 'null_threshold_source': NEVER_NULL}
+    save_model_folder(model, os.path.join(config.output_dir, 'model'), job['folder'],
+                      _qa_config(model, config, calibration))
+    start = time.time()
+    inference, outputs = infer(model, job['eval_features'], config, contexts[0])
+    threshold = null_threshold(config, calibration, config.version_2_with_negative)
+    results = score_and_write(config, job, outputs, threshold, dict(
+        calibration, train_steps=steps, train_seconds=round(train_seconds, 1),
+        eval_seconds=round(time.time() - start, 1),
+        train_features_per_second=round(steps * config.batch_size * config.grad_accum_steps
+                                        / max(train_seconds, 1e-9), 2)))
+    if config.skip_export:
+        return 0
+    check = check_export(inference, job['examples'], job['eval_features'], outputs, config,
+                         results['final_predictions'], threshold[0], contexts[0])
+    print('export check: {identical}/{total} predictions identical after reload; max |output '
+          'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
+    return 0 if check['status'] == 'ok' else 1

@@ -1,0 +1,66 @@
+"""Small inputs for SQuAD job tests: a tiny random BERT folder and a small training file.
+
+The tiny encoder (1 layer, D=16, 2 heads) uses the real tokenizer files of the embedded
+all-MiniLM-L6-v2, so features are the real ones, and trains in a fraction of a second per step.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mxnet as mx
+
+from gluon_attention._resources import default_model_dir
+from gluon_attention.data import squad
+from gluon_attention.models.checkpoint import write_checkpoint
+from gluon_attention.models.encoder import BertEncoder
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / 'scripts' / 'run_squad.py'
+TIMING_KEYS = ('train_seconds', 'train_features_per_second', 'eval_seconds')
+
+
+def make_tiny_bert(folder, seed=0):
+    """Write a random 1-layer BERT (vocabulary of the embedded tokenizer) with its tokenizer."""
+    pretrained = default_model_dir()
+    vocab = json.loads((pretrained / 'config.json').read_text())['vocab_size']
+    mx.random.seed(seed)
+    block = BertEncoder(vocab, units=16, hidden_size=32, num_layers=1, num_heads=2,
+                        max_length=256, dropout=0.0, attention_dropout=0.0)
+    block.initialize(mx.init.Normal(0.5))
+    write_checkpoint(block, folder)
+    for name in ('vocab.txt', 'tokenizer.json'):
+        shutil.copyfile(pretrained / name, Path(folder) / name)
+    return str(folder)
+
+
+def make_train_file(path, paragraphs=3):
+    """A SQuAD 2.0 file with the first ``paragraphs`` paragraphs of two training articles of
+    the shipped CS224N file: Steam_engine (training) and Huguenot (held out)."""
+    raw = json.loads(squad.default_data_path('cs224n-16articles').read_text(encoding='utf-8'))
+    keep = [dict(a, paragraphs=a['paragraphs'][:paragraphs]) for a in raw['data']
+            if a['title'] in ('Steam_engine', 'Huguenot')]
+    Path(path).write_text(json.dumps({'version': 'v2.0', 'data': keep}), encoding='utf-8')
+    return str(path)
+
+
+def tiny_args(model_dir, train_file):
+    """train options for a run of a few seconds on the tiny encoder."""
+    return ['--model-dir', str(model_dir), '--train-file', str(train_file),
+            '--extra-train-file', '', '--threshold-titles', 'Huguenot', '--max-steps', '3',
+            '--checkpoint-every', '2', '--batch-size', '4', '--max-eval-examples', '12',
+            '--max-seq-length', '64', '--eval-max-seq-length', '96', '--doc-stride', '24',
+            '--max-query-length', '16', '--threads', '1', '--no-progress', '--seed', '5']
+
+
+def run_script(*args, timeout=300):
+    """Run scripts/run_squad.py with ``args``; returns the CompletedProcess."""
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONWARNINGS='ignore')
+    return subprocess.run([sys.executable, str(SCRIPT)] + [str(a) for a in args],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def read_json(path):
+    return json.loads(Path(path).read_text(encoding='utf-8'))

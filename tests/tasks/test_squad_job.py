@@ -1,0 +1,158 @@
+"""The SQuAD job's commands on a tiny random encoder: the saved model folder reloads in a fresh
+process with identical predictions, predict works without answers, a rerun with other options is
+refused, SQuAD 1.1 mode never predicts '', a folder without weights is a one-line error."""
+import importlib.util
+import json
+import math
+import os
+
+import numpy as onp
+import pytest
+
+from gluon_attention.data import squad
+from gluon_attention.models.checkpoint import _bert_name_map, read_checkpoint
+from gluon_attention.tasks.squad_config import TrainConfig
+from squad_tiny import (SCRIPT, TIMING_KEYS, make_tiny_bert, make_train_file, read_json,
+                        run_script, tiny_args)
+
+_spec = importlib.util.spec_from_file_location('run_squad_script', str(SCRIPT))
+run_squad = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run_squad)
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    """A tiny encoder, a small training file and one finished train run (with export check)."""
+    root = tmp_path_factory.mktemp('squad_tiny')
+    model, train_file = make_tiny_bert(root / 'bert'), make_train_file(root / 'train.json')
+    args = tiny_args(model, train_file)
+    proc = run_script('train', '--output-dir', root / 'run', *args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return {'root': root, 'args': args, 'run': root / 'run', 'stdout': proc.stdout}
+
+
+def test_train_writes_config_model_folder_and_threshold_from_heldout_articles(tiny):
+    run = tiny['run']
+    config = read_json(run / 'run_config.json')
+    assert config['threshold_titles'] == 'Huguenot' and config['max_steps'] == 3
+    metrics = read_json(run / 'metrics.json')
+    saved = read_json(run / 'model' / 'qa_config.json')
+    assert metrics['null_threshold_source'] == saved['null_threshold_source'] == \
+        'held-out articles Huguenot'
+    assert metrics['null_threshold'] == saved['null_threshold']
+    assert saved['heldout_total'] == len(squad.read_squad(
+        os.path.join(tiny['root'], 'train.json'), titles=['Huguenot']))
+    assert 0 <= metrics['null_odds_auc'] <= 1
+    # '' exactly where the null score difference exceeds the threshold used
+    predictions, null_odds = read_json(run / 'predictions.json'), read_json(run / 'null_odds.json')
+    nbest = read_json(run / 'nbest_predictions.json')
+    for qid, text in predictions.items():
+        if null_odds[qid] > metrics['null_threshold']:
+            assert text == ''
+        else:
+            assert text == (nbest[qid][0]['text'] if nbest[qid] else '')
+    assert read_json(run / 'export' / 'check.json')['status'] == 'ok'
+
+
+def test_saved_encoder_has_standard_bert_names_and_shapes(tiny):
+    config, tensors, _ = read_checkpoint(tiny['run'] / 'model')
+    assert set(tensors) == set(_bert_name_map(config['num_layers']))
+    assert tensors['encoder.layer.0.attention.self.query.weight'].shape == (16, 16)
+    assert tensors['embeddings.LayerNorm.weight'].shape == (16,)
+    assert config['units'] == 16 and config['hidden_size'] == 32
+
+
+def test_model_folder_reloads_in_fresh_process_with_identical_predictions(tiny, tmp_path):
+    proc = run_script('evaluate', '--model-dir', tiny['run'] / 'model', '--output-dir', tmp_path,
+                      '--max-eval-examples', '12', '--threads', '1', '--no-progress')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ('predictions.json', 'null_odds.json', 'nbest_predictions.json'):
+        assert read_json(tmp_path / name) == read_json(tiny['run'] / name), name
+    before, after = read_json(tiny['run'] / 'metrics.json'), read_json(tmp_path / 'metrics.json')
+    assert {k: v for k, v in after.items() if k not in TIMING_KEYS + ('model_dir',)} == \
+        {k: before[k] for k in after if k not in TIMING_KEYS + ('model_dir',)}
+
+
+def test_predict_file_without_answers_and_one_question(tiny, tmp_path, capsys):
+    raw = json.loads(squad.default_data_path('haystack-small').read_text(encoding='utf-8'))
+    paragraph = raw['data'][0]['paragraphs'][0]
+    bare = {'data': [{'paragraphs': [{'context': paragraph['context'], 'qas': [
+        {'id': qa['id'], 'question': qa['question']} for qa in paragraph['qas']]}]}]}
+    (tmp_path / 'questions.json').write_text(json.dumps(bare))
+    common = ['--model-dir', str(tiny['run'] / 'model'), '--threads', '1', '--no-progress']
+    assert run_squad.main(['predict', '--predict-file', str(tmp_path / 'questions.json'),
+                           '--output-dir', str(tmp_path / 'out')] + common) == 0
+    predictions, evaluated = read_json(tmp_path / 'out' / 'predictions.json'), read_json(
+        tiny['run'] / 'predictions.json')
+    assert set(predictions) == {qa['id'] for qa in paragraph['qas']}
+    assert {k: evaluated[k] for k in predictions} == predictions      # the same 9 questions
+    assert set(read_json(tmp_path / 'out' / 'null_odds.json')) == set(predictions)
+    question, context = paragraph['qas'][0]['question'], paragraph['context']
+    lines = {}
+    for threshold in ('1000000', '-1000000'):
+        capsys.readouterr()
+        assert run_squad.main(['predict', '--question', question, '--context', context,
+                               '--null-score-diff-threshold', threshold] + common) == 0
+        lines[threshold] = capsys.readouterr().out.strip().splitlines()[-1]
+    assert lines['-1000000'].startswith('no answer (null score difference ')
+    answer = lines['1000000']
+    assert answer.startswith("answer: '"), answer
+    start, end = (int(x) for x in answer.split('(characters ')[1].split(' ')[0].split('-'))
+    assert 0 <= start < end <= len(context)
+    assert answer.startswith('answer: {!r} (characters {}-{}'.format(context[start:end], start,
+                                                                    end))
+
+
+def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny):
+    folder = tiny['run'] / 'checkpoints'
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        run_squad.main(['train', '--output-dir', str(tiny['run'])] + tiny['args']
+                       + ['--lr', '0.001', '--grad-accum-steps', '2'])
+    message = str(exit_info.value.code)
+    assert '--lr: 0.0002 there, 0.001 now' in message
+    assert '--grad-accum-steps: 1 there, 2 now' in message and '--seed' not in message
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_version_1_reports_squad_1_keys_and_never_predicts_empty(tiny, tmp_path):
+    assert run_squad.main(['train', '--output-dir', str(tmp_path), '--version-2-with-negative',
+                           '0', '--skip-export'] + tiny['args']) == 0
+    metrics = read_json(tmp_path / 'metrics.json')
+    assert {'exact', 'f1', 'total'} <= set(metrics)
+    assert not {k for k in metrics if 'HasAns' in k or 'NoAns' in k or 'best' in k
+                or 'null' in k}
+    gold = [e for e in squad.read_squad(str(squad.default_data_path('haystack-small')))
+            if e.answers][:12]
+    assert metrics['total'] == 12
+    predictions, nbest = read_json(tmp_path / 'predictions.json'), read_json(
+        tmp_path / 'nbest_predictions.json')
+    assert set(predictions) == {e.qas_id for e in gold}
+    assert all(text == nbest[qid][0]['text'] for qid, text in predictions.items() if nbest[qid])
+    assert read_json(tmp_path / 'model' / 'qa_config.json')['null_threshold'] is None
+
+
+def test_model_dir_without_weights_is_a_one_line_error_before_reading_data(tmp_path, capsys):
+    (tmp_path / 'config.json').write_text('{}')
+    data = {'train': ['--train-file', 'absent.json'], 'evaluate': ['--eval-file', 'absent.json'],
+            'predict': ['--predict-file', 'absent.json']}
+    for command, data_file in data.items():
+        with pytest.raises(SystemExit) as exit_info:
+            run_squad.main([command, '--model-dir', str(tmp_path), '--threads', '1'] + data_file)
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert error[-1].startswith('run_squad.py {}: error: --model-dir must be'.format(command))
+        assert 'model.safetensors' in error[-1].split('missing: ')[1]
+        assert 'absent.json' not in error[-1] and error[0].startswith('usage: ')
+
+
+def test_max_steps_wins_over_epochs():
+    from types import SimpleNamespace
+    from gluon_attention.tasks.squad import schedule
+    features = [SimpleNamespace(valid_length=10 + i % 7) for i in range(50)]
+    assert len(schedule(features, TrainConfig(max_steps=7, epochs=3.0))) == 7
+    by_epochs = schedule(features, TrainConfig(max_steps=0, epochs=2.0, batch_size=4,
+                                               grad_accum_steps=3))
+    assert len(by_epochs) == math.ceil(2 * 50 / 12)
+    assert sorted(len(step) for step in by_epochs[:5]) == [2, 12, 12, 12, 12]   # one epoch
+    assert sorted(onp.concatenate(by_epochs[:5]).tolist()) == list(range(50))

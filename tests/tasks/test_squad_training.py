@@ -1,0 +1,97 @@
+"""Pieces of the SQuAD job checked in process: gradient accumulation against one bigger batch,
+the held-out split, the threshold choice and the null-odds AUC against brute force."""
+import dataclasses
+import itertools
+
+import mxnet as mx
+import numpy as onp
+import pytest
+
+from gluon_attention.data import squad
+from gluon_attention.tasks.squad import train
+from gluon_attention.tasks.squad_data import (heldout_examples, load_training_features,
+                                              training_examples)
+from gluon_attention.tasks.squad_train import build_model
+from gluon_attention.tasks.squad_config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
+from gluon_attention.tasks.squad_eval import null_odds_auc
+from gluon_attention.tasks.squad_threshold import choose_null_threshold
+from squad_tiny import make_tiny_bert, make_train_file
+
+
+def _trained_params(config, features):
+    mx.random.seed(3)                                  # the same initial heads for every run
+    model = build_model(config.model_dir, config, [mx.cpu()])
+    params = model._collect_params_with_prefix()  # pylint: disable=protected-access
+    initial = {name: p.data().asnumpy() for name, p in params.items()
+               if name.startswith('backbone.')}
+    train(model, features, config, [mx.cpu()])
+    trained = {name: p.data().asnumpy() for name, p in params.items() if p.grad_req != 'null'}
+    return trained, initial
+
+
+def test_gradient_accumulation_matches_one_bigger_batch(tmp_path):
+    model_dir = make_tiny_bert(tmp_path / 'bert')
+    base = TrainConfig(model_dir=model_dir, train_file=make_train_file(tmp_path / 'train.json'),
+                       extra_train_file='', threshold_titles='Huguenot', max_seq_length=64,
+                       doc_stride=24, max_query_length=16, max_steps=2, dropout=0.0,
+                       classifier_dropout=0.0, progress=False, lr=1e-3, max_train_features=24)
+    features = load_training_features(base, squad.load_tokenizer(model_dir))[0]
+    whole = _trained_params(dataclasses.replace(base, batch_size=8, grad_accum_steps=1,
+                                                output_dir=str(tmp_path / 'whole')), features)
+    parts = _trained_params(dataclasses.replace(base, batch_size=4, grad_accum_steps=2,
+                                                output_dir=str(tmp_path / 'parts')), features)
+    (whole, before), (parts, _) = whole, parts
+    for name, value in whole.items():
+        onp.testing.assert_allclose(parts[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    moved = [name for name in before if name in whole
+             and onp.abs(whole[name] - before[name]).max() > 1e-4]
+    assert len(moved) > 10                      # the two steps did train the encoder
+
+
+def test_heldout_articles_are_out_of_both_training_files():
+    config = TrainConfig()
+    examples = training_examples(config)
+    held = set(THRESHOLD_TITLES.split(','))
+    assert not {e.title for e in examples} & (held | set(EVAL_TITLES.split(',')))
+    heldout = heldout_examples(config)
+    assert {e.title for e in heldout} == held and len(heldout) == 781
+    assert sum(not e.answers for e in heldout) == 375
+    titles = {e.title for e in examples}
+    assert len(titles) == 12 + 14       # SQuAD 2.0 training articles + SQuAD 1.1-only articles
+
+
+def _f1_at(examples, predictions, null_odds, threshold):
+    final = {q: ('' if null_odds[q] > threshold else t) for q, t in predictions.items()}
+    return squad.squad_evaluate(examples, final)['f1']
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_chosen_threshold_has_the_best_f1_of_all_thresholds(seed):
+    rng = onp.random.RandomState(seed)
+    examples, predictions, null_odds = [], {}, {}
+    for i in range(40):
+        answers = [] if rng.rand() < 0.5 else [('red fox', 0)]
+        qid = 'q%d' % i
+        examples.append(squad.SquadExample(qid, 't', 'q?', 'red fox', answers, not answers))
+        predictions[qid] = ['red fox', 'fox', 'blue', ''][rng.randint(4)]
+        null_odds[qid] = float(rng.randint(-6, 6))        # ties on purpose
+    threshold, f1 = choose_null_threshold(examples, predictions, null_odds)
+    values = sorted(set(null_odds.values()))
+    candidates = [values[0] - 1] + values
+    best = max(_f1_at(examples, predictions, null_odds, t) for t in candidates)
+    assert f1 == pytest.approx(best)
+    assert _f1_at(examples, predictions, null_odds, threshold) == pytest.approx(best)
+    assert threshold not in values        # midway between two score differences
+
+
+def test_null_odds_auc_equals_pair_count():
+    rng = onp.random.RandomState(4)
+    examples = [squad.SquadExample('q%d' % i, 't', 'q', 'c', [] if i % 3 else [('c', 0)],
+                                   bool(i % 3)) for i in range(30)]
+    odds = {e.qas_id: float(rng.randint(0, 5)) for e in examples}
+    impossible = [odds[e.qas_id] for e in examples if not e.answers]
+    answerable = [odds[e.qas_id] for e in examples if e.answers]
+    pairs = [1.0 if a > b else 0.5 if a == b else 0.0
+             for a, b in itertools.product(impossible, answerable)]
+    assert null_odds_auc(examples, odds) == pytest.approx(sum(pairs) / len(pairs))
+    assert null_odds_auc(examples[:1], odds) is None
