@@ -205,26 +205,43 @@ MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga:
                     "GA_FUSED_ISA names an instruction set it lacks)";
     return MX_FAIL;
   }
+  // Decoding (measured on the decode benchmark, memory-bound): one task takes the heads of a
+  // sequence, its key rows read head by head, key by key (in NTK they lie side by side); in TNK
+  // a run of (batch, head) groups spanning sequences, 8 keys of one group before the next:
+  // memory is then read as 8 streams along the (B, K, C) slabs of 8 keys.
   const int groups = g.B * g.K;
-  const int workers = std::max(1, std::min(num_threads(), groups));
+  int span = 1, key_run = 1;
+  if (pass == &ga::Kernels::forward && g.Lq <= ga::kSmallRows && groups > 0) {
+    span = g.layout == 2 ? std::max(1, groups / (2 * num_threads())) : g.K;
+    key_run = g.layout == 2 ? 8 : 1;
+  }
+  const int tasks = (groups + span - 1) / span;
+  const int workers = std::max(1, std::min(num_threads(), tasks));
   std::vector<ga::Workspace> spaces(workers);
-  std::vector<std::vector<int>> lens(workers, std::vector<int>(g.Lq));
+  std::vector<std::vector<int>> lens(workers, std::vector<int>(static_cast<long>(span) * g.Lq));
   std::atomic<int> next(0);
   std::atomic<bool> ok(true);
   auto work = [&](int w) {
-    for (int i = next++; i < groups && ok; i = next++) {
-      const int b = i / g.K, h = i % g.K;
-      int* len = lens[w].data();
-      row_lengths(length, g, b, len);
+    for (int i = next++; i < tasks && ok; i = next++) {
+      const int group = i * span, b = group / g.K, h = group % g.K;
       ga::Task t = proto;
+      t.heads = std::min(span, groups - group);
+      t.key_run = key_run;
+      int* len = lens[w].data();
+      for (int e = 0; e < t.heads; ++e)
+        row_lengths(length, g, (group + e) / g.K, len + static_cast<long>(e) * g.Lq);
       t.len = len;
-      t.n = g.Lq ? *std::max_element(len, len + g.Lq) : 0;
+      t.n = g.Lq ? *std::max_element(len, len + static_cast<long>(t.heads) * g.Lq) : 0;
       const long q = g.base(b, h, g.Lq, g.C), k = g.base(b, h, g.Lm, g.C);
       const long v = g.base(b, h, g.Lm, g.Cv), c = g.ctx_base(b, h);
       t.q += q; t.k += k; t.v += v;
       if (t.ctx) t.ctx += c;
-      if (t.dctx) { t.dctx += c; t.out += c; t.dq += q; t.dk += k; t.dv += v; t.dlse += i * g.Lq; }
-      t.lse += static_cast<long>(i) * g.Lq;
+      const long rows = static_cast<long>(group) * g.Lq;      // of lse (B, K, L_q)
+      t.lse += rows;
+      if (t.dctx) {
+        t.dctx += c; t.out += c; t.dlse += rows;
+        t.dq += q; t.dk += k; t.dv += v;
+      }
       if (!(kern->*pass)(t, &spaces[w])) ok = false;
     }
   };
@@ -241,6 +258,8 @@ ga::Task task_of(const Geometry& g, float scale) {
   ga::Task t = {};
   t.lq = g.Lq; t.lm = g.Lm; t.c = g.C; t.cv = g.Cv;
   t.qs = g.stride(g.C); t.ks = g.stride(g.C); t.vs = g.stride(g.Cv); t.cs = g.ctx_stride();
+  t.qh = g.base(0, 1, g.Lq, g.C); t.kh = g.base(0, 1, g.Lm, g.C);
+  t.vh = g.base(0, 1, g.Lm, g.Cv); t.ch = g.ctx_base(0, 1);
   t.scale = scale;
   return t;
 }

@@ -14,15 +14,23 @@ namespace ga {
 struct Workspace;
 float* ws_floats(Workspace* ws, int slot, long n);
 constexpr int kWorkspaceSlots = 12;
+// Groups of at most this many query rows (decoding) take the unpacked path; its forward pass
+// can take several groups at once (Task::heads), reading rows that lie side by side in memory
+// (layouts NTK and TNK) in one sweep.
+constexpr int kSmallRows = 4;
 
-// One (batch, head) group. Rows of the per-head tensors are read at ptr + row * stride.
+// One (batch, head) group, or `heads` consecutive ones (group e's rows at ptr + e * head
+// stride). Rows of the per-head tensors are read at ptr + row * stride.
 struct Task {
+  int heads;                // 1, or more for the unpacked forward pass
+  int key_run;              // unpacked forward: keys taken for one row before the next row
+  long qh, kh, vh, ch;      // head strides of q, k, v, ctx (lse: lq)
   int lq, lm, c, cv;        // query rows, key rows, C_k, C_v
   const float* q;           // (lq, c) rows, stride qs
   const float* k;           // (lm, c) rows, stride ks
   const float* v;           // (lm, cv) rows, stride vs
   long qs, ks, vs, cs;      // row strides; cs: of the context (and its gradient) rows
-  const int* len;           // clipped key count of each query row (lq values in [0, lm])
+  const int* len;           // clipped key count of each query row (heads x lq, in [0, lm])
   int n;                    // the largest of them: keys at or past it are never read
   float scale;              // multiplies the scores before the softmax
   float* ctx;               // forward output: (lq, cv) context rows, stride cs
