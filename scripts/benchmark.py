@@ -36,8 +36,9 @@ def parse_args(argv=None):
     parser.add_argument('--impls', default='',
                         help='comma-separated name prefixes to keep (default: all)')
     parser.add_argument('--torch-python', default=None,
-                        help='interpreter with torch for the SDPA peer (default: this one if it '
-                             'imports torch; "none" skips it)')
+                        help='interpreter with torch for the SDPA peer, e.g. '
+                             '.venv-peer/bin/python as make bench installs it (default: this '
+                             'one if it imports torch; "none" skips it)')
     parser.add_argument('--out', default='runs/benchmark', help='writes OUT.md and OUT.json')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
@@ -55,14 +56,17 @@ def parse_args(argv=None):
 
 
 def torch_python(choice):
-    """The interpreter for the torch peer, or None when torch is unavailable."""
+    """The interpreter for the torch peer, or None when torch is unavailable; an interpreter
+    named by --torch-python that cannot import torch is an error."""
     if choice == 'none':
         return None
-    candidates = [choice] if choice else [sys.executable]
-    for python in candidates:
-        if os.path.exists(python) and subprocess.run(
-                [python, '-c', 'import torch'], capture_output=True).returncode == 0:
-            return python
+    python = choice or sys.executable
+    if os.path.exists(python) and subprocess.run(
+            [python, '-c', 'import torch'], capture_output=True).returncode == 0:
+        return python
+    if choice:
+        raise SystemExit('--torch-python must name an interpreter that imports torch. '
+                         'Received: --torch-python={}'.format(choice))
     return None
 
 
@@ -159,6 +163,8 @@ def versions(args, torch_peer):
                 cpu_count=os.cpu_count(), python=platform.python_version(),
                 mxnet=mx.__version__, numpy=numpy.__version__, machine=platform.machine(),
                 torch=torch_peer.version if torch_peer else None)
+    from gluon_attention.core import fused
+    info['fused_isa'], info['cpu_features'] = fused.isa(), fused.cpu_features()
     try:
         import gluonnlp
         info['gluonnlp'] = gluonnlp.__version__
@@ -173,6 +179,8 @@ def markdown(rows, info, limit):
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
              'Python {python}; commit {commit}.'.format(**info),
+             'Fused kernel: {fused_isa} path (CPU instruction sets: {cpu_features}).'.format(
+                 **info),
              'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
              'this row\'s time (> 1 = this row is faster).'.format(limit), '',
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '

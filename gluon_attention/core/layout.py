@@ -77,7 +77,7 @@ def check_per_head_inputs(query, key, value, layout, mask=None, edge_scores=None
         return
     for name, x in (('query', query), ('key', key), ('value', value)):
         _checks.check_float_tensor(name, x)
-    q, k, v = (to_nkt(x, layout).shape for x in (query, key, value))
+    q, k, v = (tuple(x.shape[p] for p in _TO_NKT[layout] or range(4)) for x in (query, key, value))
     shapes = {'query.shape': query.shape, 'key.shape': key.shape, 'value.shape': value.shape}
     if q[:2] != k[:2] or k[:3] != v[:3] or q[3] != k[3]:
         _checks.fail('query, key and value must share B and K, key and value L_m, query and key '
