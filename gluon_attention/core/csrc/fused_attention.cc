@@ -43,9 +43,9 @@ struct ga::Workspace {
 };
 
 float* ga::ws_floats(Workspace* ws, int slot, long n) {
-  if (n > ws->cap[slot]) {
+  if (n > ws->cap[slot] || !ws->ptr[slot]) {
     std::free(ws->ptr[slot]);
-    const long cap = (n + 63) / 64 * 64;
+    const long cap = std::max(64L, (n + 63) / 64 * 64);
     ws->ptr[slot] = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
     ws->cap[slot] = ws->ptr[slot] ? cap : 0;
   }
@@ -197,6 +197,63 @@ bool with_length(const std::unordered_map<std::string, std::string>& attrs) {
 // and the offsets of its rows go into a Task for the chosen kernels.
 typedef bool (*GroupKernel)(const ga::Task&, ga::Workspace*);
 
+// How the work is cut into tasks: `span` consecutive groups of `rows` query rows each.
+struct Plan {
+  int span = 1, key_run = 1, rows = 0, pieces = 1, tasks = 0;
+};
+
+Plan plan_tasks(const Geometry& g, bool forward) {
+  Plan p;
+  const int groups = g.B * g.K, threads = num_threads();
+  p.rows = g.Lq;
+  if (forward && g.Lq <= ga::kSmallRows && groups > 0) {
+    // Decoding, bound by memory (measured on the decode benchmark): the heads of a sequence
+    // in one task, their key rows read head by head, key by key (in NTK they lie side by
+    // side); in TNK a run of (batch, head) groups across sequences, 8 keys of one group before
+    // the next: memory is then read as 8 streams along the (B, K, C) slabs of 8 keys.
+    p.span = g.layout == 2 ? std::max(1, groups / (2 * threads)) : g.K;
+    p.key_run = g.layout == 2 ? 8 : 1;
+  } else if (forward && groups > 0 && groups < 4 * threads) {
+    // Few groups: the forward pass also splits the query rows (each task packs its keys).
+    const int want = (4 * threads + groups - 1) / groups;
+    p.rows = std::max(128, (g.Lq + want - 1) / want + 127) / 128 * 128;
+    p.pieces = (g.Lq + p.rows - 1) / p.rows;
+  }
+  p.tasks = (groups + p.span - 1) / p.span * p.pieces;
+  return p;
+}
+
+// Task i of the plan; len: room for span * rows lengths.
+ga::Task task_at(const ga::Task& proto, const Geometry& g, const Lengths& length,
+                 const Plan& p, int i, int* len) {
+  const int groups = g.B * g.K;
+  const int group = i / p.pieces * p.span, b = group / g.K, h = group % g.K;
+  const int i0 = i % p.pieces * p.rows;
+  ga::Task t = proto;
+  t.heads = std::min(p.span, groups - group);
+  t.key_run = p.key_run;
+  t.lq = std::min(p.rows, g.Lq - i0);
+  std::vector<int> all(g.Lq);
+  for (int e = 0; e < t.heads; ++e) {
+    row_lengths(length, g, (group + e) / g.K, all.data());
+    std::copy(all.begin() + i0, all.begin() + i0 + t.lq, len + static_cast<long>(e) * t.lq);
+  }
+  t.len = len;
+  t.n = t.lq ? *std::max_element(len, len + static_cast<long>(t.heads) * t.lq) : 0;
+  const long q = g.base(b, h, g.Lq, g.C) + i0 * t.qs, k = g.base(b, h, g.Lm, g.C);
+  const long v = g.base(b, h, g.Lm, g.Cv), c = g.ctx_base(b, h) + i0 * t.cs;
+  const long rows = static_cast<long>(group) * g.Lq + i0;     // of lse (B, K, L_q)
+  t.q += q; t.k += k; t.v += v; t.lse += rows;
+  if (t.ctx) t.ctx += c;
+  if (t.dctx) {
+    t.dctx += c; t.out += c; t.dlse += rows;
+    t.dq += q; t.dk += k; t.dv += v;
+  }
+  return t;
+}
+
+// Runs the chosen kernels' pass over every task on the worker threads, each with its
+// workspace.
 MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga::Task& proto,
                              GroupKernel ga::Kernels::*pass) {
   const ga::Kernels* kern = kernels();
@@ -205,43 +262,16 @@ MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga:
                     "GA_FUSED_ISA names an instruction set it lacks)";
     return MX_FAIL;
   }
-  // Decoding (measured on the decode benchmark, memory-bound): one task takes the heads of a
-  // sequence, its key rows read head by head, key by key (in NTK they lie side by side); in TNK
-  // a run of (batch, head) groups spanning sequences, 8 keys of one group before the next:
-  // memory is then read as 8 streams along the (B, K, C) slabs of 8 keys.
-  const int groups = g.B * g.K;
-  int span = 1, key_run = 1;
-  if (pass == &ga::Kernels::forward && g.Lq <= ga::kSmallRows && groups > 0) {
-    span = g.layout == 2 ? std::max(1, groups / (2 * num_threads())) : g.K;
-    key_run = g.layout == 2 ? 8 : 1;
-  }
-  const int tasks = (groups + span - 1) / span;
-  const int workers = std::max(1, std::min(num_threads(), tasks));
+  const Plan plan = plan_tasks(g, pass == &ga::Kernels::forward);
+  const int workers = std::max(1, std::min(num_threads(), plan.tasks));
   std::vector<ga::Workspace> spaces(workers);
-  std::vector<std::vector<int>> lens(workers, std::vector<int>(static_cast<long>(span) * g.Lq));
+  std::vector<std::vector<int>> lens(workers,
+                                     std::vector<int>(static_cast<long>(plan.span) * plan.rows));
   std::atomic<int> next(0);
   std::atomic<bool> ok(true);
   auto work = [&](int w) {
-    for (int i = next++; i < tasks && ok; i = next++) {
-      const int group = i * span, b = group / g.K, h = group % g.K;
-      ga::Task t = proto;
-      t.heads = std::min(span, groups - group);
-      t.key_run = key_run;
-      int* len = lens[w].data();
-      for (int e = 0; e < t.heads; ++e)
-        row_lengths(length, g, (group + e) / g.K, len + static_cast<long>(e) * g.Lq);
-      t.len = len;
-      t.n = g.Lq ? *std::max_element(len, len + static_cast<long>(t.heads) * g.Lq) : 0;
-      const long q = g.base(b, h, g.Lq, g.C), k = g.base(b, h, g.Lm, g.C);
-      const long v = g.base(b, h, g.Lm, g.Cv), c = g.ctx_base(b, h);
-      t.q += q; t.k += k; t.v += v;
-      if (t.ctx) t.ctx += c;
-      const long rows = static_cast<long>(group) * g.Lq;      // of lse (B, K, L_q)
-      t.lse += rows;
-      if (t.dctx) {
-        t.dctx += c; t.out += c; t.dlse += rows;
-        t.dq += q; t.dk += k; t.dv += v;
-      }
+    for (int i = next++; i < plan.tasks && ok; i = next++) {
+      const ga::Task t = task_at(proto, g, length, plan, i, lens[w].data());
       if (!(kern->*pass)(t, &spaces[w])) ok = false;
     }
   };
