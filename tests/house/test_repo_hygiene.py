@@ -21,7 +21,7 @@ DATA = 'gluon_attention/resources/'
 # (character classes, escapes) so that it does not match its own line.
 PROCESS_WORDS = [
     r'\bseed[ -]00[0-9]\b',                      # the programs the library started from
-    r'\bCASE[S]\b', r'(?<![A-Za-z0-9])C[0-9]{2}(?![0-9])',   # an outside case table, its ids
+    r'\bCASE[S](?:\.md| C[0-9])', r'(?<![A-Za-z0-9])C[0-9]{2}(?![0-9])',   # an outside case table, its ids
     r'\bTEAM[_]CONTRACT\b', r'\bteam\b',
     '\N{SECTION SIGN}',                          # sections of notes outside the repository
     r'\bissue[ -]#?[0-9]',
