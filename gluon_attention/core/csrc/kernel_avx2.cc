@@ -62,6 +62,24 @@ inline vf vkeep_finite(vf x) {
   return vkeep(_mm256_cmp_ps(x, _mm256_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ), x);
 }
 
+// 8 x 8 transpose in registers: 4 x 4 blocks within each 128-bit lane, then the lanes.
+inline void vtranspose(vf r[8]) {
+  vf s[8];
+  for (int g = 0; g < 8; g += 4) {
+    const vf t0 = _mm256_unpacklo_ps(r[g], r[g + 1]), t1 = _mm256_unpackhi_ps(r[g], r[g + 1]);
+    const vf t2 = _mm256_unpacklo_ps(r[g + 2], r[g + 3]);
+    const vf t3 = _mm256_unpackhi_ps(r[g + 2], r[g + 3]);
+    s[g] = _mm256_shuffle_ps(t0, t2, 0x44);
+    s[g + 1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+    s[g + 2] = _mm256_shuffle_ps(t1, t3, 0x44);
+    s[g + 3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
+    r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
+  }
+}
+
 inline vf vround(vf x) {
   return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }

@@ -50,6 +50,31 @@ inline vf vkeep_finite(vf x) {
   return vkeep(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ), x);
 }
 
+// 16 x 16 transpose in registers: 4 x 4 blocks within each 128-bit lane (unpack, shuffle),
+// then the 4 x 4 grid of lanes (two rounds of shuffle_f32x4).
+inline void vtranspose(vf r[16]) {
+  vf s[16];
+  for (int g = 0; g < 16; g += 4) {
+    const vf t0 = _mm512_unpacklo_ps(r[g], r[g + 1]), t1 = _mm512_unpackhi_ps(r[g], r[g + 1]);
+    const vf t2 = _mm512_unpacklo_ps(r[g + 2], r[g + 3]);
+    const vf t3 = _mm512_unpackhi_ps(r[g + 2], r[g + 3]);
+    s[g] = _mm512_shuffle_ps(t0, t2, 0x44);
+    s[g + 1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+    s[g + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
+    s[g + 3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const vf u0 = _mm512_shuffle_f32x4(s[k], s[4 + k], 0x44);
+    const vf u1 = _mm512_shuffle_f32x4(s[k], s[4 + k], 0xEE);
+    const vf u2 = _mm512_shuffle_f32x4(s[8 + k], s[12 + k], 0x44);
+    const vf u3 = _mm512_shuffle_f32x4(s[8 + k], s[12 + k], 0xEE);
+    r[k] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    r[4 + k] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+    r[8 + k] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+  }
+}
+
 inline vf vround(vf x) {
   return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
