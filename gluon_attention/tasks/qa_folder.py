@@ -111,8 +111,14 @@ def save_model_folder(model, folder, tokenizer_dir, qa_config):
 
 
 def _sync_folder(folder):
+    """Flush every file to disk and give it the permissions of a plain new file (safetensors
+    writes its files readable by the owner only)."""
+    umask = os.umask(0)
+    os.umask(umask)
     for name in os.listdir(folder):
-        with open(os.path.join(folder, name), 'rb') as handle:
+        path = os.path.join(folder, name)
+        os.chmod(path, 0o666 & ~umask)
+        with open(path, 'rb') as handle:
             os.fsync(handle.fileno())
 
 

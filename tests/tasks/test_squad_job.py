@@ -60,6 +60,10 @@ def test_saved_encoder_has_standard_bert_names_and_shapes(tiny):
     assert tensors['encoder.layer.0.attention.self.query.weight'].shape == (16, 16)
     assert tensors['embeddings.LayerNorm.weight'].shape == (16,)
     assert config['units'] == 16 and config['hidden_size'] == 32
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ('model.safetensors', 'qa_head.safetensors', 'qa_config.json'):
+        assert (tiny['run'] / 'model' / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
 def test_model_folder_reloads_in_fresh_process_with_identical_predictions(tiny, tmp_path):
