@@ -19,8 +19,9 @@ import sys
 BLOCKS = ('multi_head_attention', 'dot_product', 'additive', 'bert_encoder')
 SHAPES = ((2, 12), (3, 7), (1, 16))          # (B, T): the first builds the exported graph
 # --format onnx: each input's axes (names are free axes, ints fixed sizes)
-ONNX_AXES = {'token_ids': ('batch', 'sequence'), 'token_types': ('batch', 'sequence'),
-             'valid_length': ('batch',), 'p_mask': ('batch', 'sequence'),
+ONNX_AXES = {'token_ids': ('batch', 'sequence'), 'input_ids': ('batch', 'sequence'),
+             'token_types': ('batch', 'sequence'), 'valid_length': ('batch',),
+             'p_mask': ('batch', 'sequence'),
              'query': ('batch', 'query_length', 24), 'key': ('batch', 'memory_length', 24),
              'value': ('batch', 'memory_length', 24)}
 
@@ -33,8 +34,8 @@ def _config_class():
         """What to export, where, and how close the reload must be."""
         block: str = option('multi_head_attention', 'library block to export with fresh '
                             'parameters', choices=BLOCKS)
-        squad_run: str = option('', 'a run_squad.py --output-dir: export its last checkpoint '
-                                "instead ('': none)")
+        squad_run: str = option('', 'a run_squad.py --output-dir: export its fine-tuned QA '
+                                "model instead (model/, else the last checkpoint; '': none)")
         output_prefix: str = option('runs/export/model', 'path prefix of the exported files')
         tolerance: float = option(1e-5, 'largest accepted absolute difference between the '
                                   'reloaded graph and the block')
@@ -55,27 +56,44 @@ def _inputs(rng, block_name, batch, length):
         if block_name == 'bert_encoder':
             return ['token_ids', 'token_types', 'valid_length'], [ids, types, valid]
         p_mask = (rng.uniform(size=(batch, length)) < 0.8).astype('float32')
-        return ['token_ids', 'token_types', 'valid_length', 'p_mask'], [ids, types, valid, p_mask]
+        # the input names of the SQuAD job's own export (export/qa-inputs.json)
+        return ['input_ids', 'token_types', 'valid_length', 'p_mask'], [ids, types, valid, p_mask]
     query = rng.normal(size=(batch, length, 24)).astype('float32')
     memory = rng.normal(size=(batch, length + 3, 24)).astype('float32')
     valid = (length + 3 - rng.randint(0, length + 3, size=batch)).astype('int32')
     return ['query', 'key', 'value', 'valid_length'], [query, memory, memory, valid]
 
 
+def _squad_model(run):
+    """The fine-tuned QA model of a run_squad.py output folder: its model folder (``model/``),
+    or, for a run killed before writing it, its last checkpoint over the run's encoder."""
+    import mxnet as mx
+    import gluon_attention as ga
+    from gluon_attention.models.qa import ModelForQAConditional
+    from gluon_attention.tasks.qa_folder import QA_CONFIG, load_qa_model
+    from gluon_attention.tasks.training import CheckpointManager
+    folder = os.path.join(run, 'model')
+    if os.path.isfile(os.path.join(folder, QA_CONFIG)):
+        return load_qa_model(folder, ga.BertEncoder.from_pretrained(folder), [mx.cpu()])[0]
+    checkpoints = os.path.join(run, 'checkpoints')
+    entry = CheckpointManager(checkpoints).latest() if os.path.isdir(checkpoints) else None
+    if entry is None:
+        raise SystemExit('export_inference.py: error: neither a model folder nor an intact '
+                         'checkpoint in ' + run)
+    with open(os.path.join(run, 'run_config.json'), encoding='utf-8') as handle:
+        backbone = ga.BertEncoder.from_pretrained(json.load(handle).get('model_dir'))
+    model = ModelForQAConditional(backbone, units=backbone.config['units'])
+    model.initialize()
+    model.load_parameters(os.path.join(checkpoints, entry['files']['params']['file']))
+    return model
+
+
 def _build(config):
     """The block to export and the name of its input kind."""
     import gluon_attention as ga
     if config.squad_run:
-        from gluon_attention.models.qa import ModelForQAConditional, QAInference
-        from gluon_attention.tasks.training import CheckpointManager
-        folder = os.path.join(config.squad_run, 'checkpoints')
-        entry = CheckpointManager(folder).latest() if os.path.isdir(folder) else None
-        if entry is None:
-            raise SystemExit('export_inference.py: error: no intact checkpoint in ' + folder)
-        model = ModelForQAConditional(ga.BertEncoder.from_pretrained())
-        model.initialize()
-        model.load_parameters(os.path.join(folder, entry['files']['params']['file']))
-        return QAInference(model), 'squad'
+        from gluon_attention.models.qa import QAInference
+        return QAInference(_squad_model(config.squad_run)), 'squad'
     block = {'multi_head_attention': lambda: ga.MultiHeadAttention(24, 4),
              'dot_product': ga.DotProductAttention,
              'additive': lambda: ga.AdditiveAttention(16),

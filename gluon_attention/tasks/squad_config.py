@@ -136,6 +136,8 @@ class TrainConfig(EvaluateConfig):
     seed: int = recipe_option(7, 'seed of the data selection, the shuffles and every step')
     checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
     skip_export: bool = option(False, 'skip exporting the inference graph and its reload check')
+    onnx: bool = option(True, 'also export to ONNX and check it in ONNX Runtime on the '
+                        'evaluation questions (needs the [onnx] extra)')
 
 
 def recipe(config):

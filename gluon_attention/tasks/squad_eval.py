@@ -7,6 +7,7 @@ configs: they read the shared decoding options only, unless said otherwise).
 """
 import math
 import os
+import time
 
 import mxnet as mx
 import numpy as onp
@@ -23,12 +24,14 @@ from .squad_threshold import choose_null_threshold
 
 __all__ = ['NEVER_NULL', 'contexts_of', 'null_threshold', 'eval_job', 'infer', 'run_batches',
            'decode', 'evaluate', 'null_odds_auc', 'calibrate_threshold', 'score_and_write',
-           'write_predictions', 'write_metrics', 'format_metrics', 'check_export']
+           'write_predictions', 'write_metrics', 'format_metrics', 'check_export',
+           'check_onnx_export', 'ONNX_EXTRA']
 
 METRIC_KEYS = ('exact', 'f1', 'HasAns_f1', 'NoAns_f1', 'null_threshold', 'null_threshold_source',
                'best_f1', 'best_f1_thresh', 'full_range_best_f1', 'always_answer_HasAns_f1',
                'null_odds_auc', 'total')
 NEVER_NULL = "none (--version-2-with-negative 0: '' is never predicted)"
+ONNX_EXTRA = 'pip install gluon_attention[onnx]'
 
 
 def contexts_of(config):
@@ -237,3 +240,33 @@ def check_export(inference, examples, features, outputs, config, final_predictio
                  status='ok' if same == len(final_predictions) else 'MISMATCH')
     atomic_write_json(os.path.join(config.output_dir, 'export', 'check.json'), check)
     return check
+
+
+def check_onnx_export(examples, features, outputs, config, threshold):
+    """Convert ``<output-dir>/export/qa`` to ``export/qa.onnx``, answer the evaluation questions
+    in ONNX Runtime (batches of ``--eval-batch-size`` features of similar lengths) and list the
+    answers that differ from MXNet's ``outputs``
+    (:func:`~gluon_attention.tasks.onnx_squad.check_onnx_squad`: accepted only at near-ties).
+
+    Writes ``export/onnx_check.json`` and prints a one-line summary. Without the ``[onnx]``
+    extra (onnx<1.14, onnxruntime) it prints how to install it and returns None.
+    """
+    try:
+        import onnx  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        import onnxruntime  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        from . import onnx_squad  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        print('ONNX check skipped ({}): {}'.format(error, ONNX_EXTRA))
+        return None
+    started = time.time()
+    path = onnx_squad.export_qa_onnx(os.path.join(config.output_dir, 'export', 'qa'))
+    report = onnx_squad.check_onnx_squad(
+        path, examples, features, outputs, n_best_size=config.n_best_size,
+        max_answer_length=config.max_answer_length, null_score_diff_threshold=threshold,
+        batch_size=config.eval_batch_size, threads=config.threads or None)
+    report['total_seconds'] = round(time.time() - started, 1)
+    atomic_write_json(os.path.join(config.output_dir, 'export', 'onnx_check.json'), report)
+    print('ONNX check: {identical}/{total} predictions identical in ONNX Runtime ({near_ties} of '
+          'the {0} others at near-ties); max |logit difference| {max_abs_diff:.2e}; '
+          '{total_seconds} s -> {status}'.format(len(report['differences']), **report))
+    return report

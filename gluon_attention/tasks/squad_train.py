@@ -18,8 +18,8 @@ from .qa_folder import model_folder, save_model_folder
 from .squad import check_resumable, train
 from .squad_data import (check_positions, eval_stride, heldout_examples,
                          load_training_features, warn_shared_articles)
-from .squad_eval import (NEVER_NULL, calibrate_threshold, check_export, contexts_of, eval_job,
-                         infer, null_threshold, score_and_write)
+from .squad_eval import (NEVER_NULL, calibrate_threshold, check_export, check_onnx_export,
+                         contexts_of, eval_job, infer, null_threshold, score_and_write)
 
 __all__ = ['build_model', 'prepare_train', 'run_train']
 
@@ -70,7 +70,7 @@ def _qa_config(model, config, calibration):
 
 def run_train(config, job):
     """Train (or resume), choose the null threshold, save ``<output-dir>/model``, evaluate,
-    write the outputs, export and check the reload."""
+    write the outputs, export and check the reload (and, with ``--onnx``, ONNX Runtime)."""
     contexts = job['contexts']
     model = build_model(config.model_dir, config, contexts)
     steps, _, train_seconds = train(model, job['features'], config, contexts)
@@ -95,4 +95,7 @@ def run_train(config, job):
                          results['final_predictions'], threshold[0], contexts[0])
     print('export check: {identical}/{total} predictions identical after reload; max |output '
           'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
-    return 0 if check['status'] == 'ok' else 1
+    onnx_check = check_onnx_export(job['examples'], job['eval_features'], outputs, config,
+                                   threshold[0]) if config.onnx else None    # None: skipped
+    failed = check['status'] != 'ok' or (onnx_check and onnx_check['status'] != 'ok')
+    return 1 if failed else 0
