@@ -2,6 +2,7 @@
 #   make demo   create .venv, install pinned dependencies, run the SQuAD 2.0 main job
 #   make test   create .venv if needed, run the test suite
 #   make demo ARGS="--max-steps 50"   (make nli and make bench too) pass options to the script
+#   make demo-dist   the demo as 2 dist_sync workers and 1 server on this machine (runs/squad-dist)
 # GPU users: make MXNET_PKG=mxnet-cu112==1.9.1 demo
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -25,7 +26,7 @@ THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
 
-.PHONY: venv test test-full demo bench nli export clean
+.PHONY: venv test test-full demo demo-dist bench nli export clean
 
 venv: $(VENV)/.installed $(FUSED_LIB)
 
@@ -48,6 +49,14 @@ test-full: venv
 
 demo: venv
 	$(PY) scripts/run_squad.py --threads $(THREADS) $(ARGS)
+
+# Two workers of 8 features per forward pass: 16 features per step, the demo's global batch
+# (a step holds --batch-size x --grad-accum-steps x workers features); half the threads each.
+WORKER_THREADS ?= $(shell n=$$(( $(THREADS) / 2 )); echo $$(( n > 0 ? n : 1 )))
+
+demo-dist: venv
+	$(PY) scripts/launch.py -n 2 -s 1 -- $(PY) scripts/run_squad.py train --kvstore dist_sync \
+	    --batch-size 8 --threads $(WORKER_THREADS) --output-dir runs/squad-dist $(ARGS)
 
 nli: venv
 	$(PY) scripts/train_nli.py --threads $(THREADS) $(ARGS)

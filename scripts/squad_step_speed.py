@@ -47,7 +47,7 @@ def _ours(args, ids, spans):
     from mxnet import autograd
     from gluon_attention.models.encoder import BertEncoder
     from gluon_attention.models.qa import ModelForQAConditional, qa_loss
-    from gluon_attention.tasks.training import AdamW
+    from gluon_attention.tasks.distributed import DataParallel
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
         args.model_dir, attention_dropout=0.0,
@@ -62,18 +62,18 @@ def _ours(args, ids, spans):
     p_mask = mx.np.ones(ids.shape, dtype='float32')
     start, end = (mx.np.array(s, dtype='int32') for s in spans)
     impossible = mx.np.zeros((ids.shape[0],), dtype='int32')
-    optimizer = None
+    engine = None
 
-    def step():
-        nonlocal optimizer
+    def step():             # the SQuAD job's step: summed loss, DataParallel (AdamW, clipping)
+        nonlocal engine
+        if engine is None:  # shapes of the heads first
+            model(tokens, types, valid, p_mask, start)
+            engine = DataParallel(model.collect_params(), optimizer_params={'wd': 0.01})
         with autograd.record():
             out = model(tokens, types, valid, p_mask, start)
-            loss = qa_loss(*out, start, end, impossible, 0.5)
+            loss = qa_loss(*out, start, end, impossible, 0.5) * ids.shape[0]
         loss.backward()
-        if optimizer is None:
-            optimizer = AdamW([p for p in model.collect_params().values()
-                               if p.grad_req != 'null'])
-        optimizer.step(2e-4, 1.0)
+        engine.step(ids.shape[0], 2e-4, 1.0)
         mx.nd.waitall()
     return step
 

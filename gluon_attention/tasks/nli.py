@@ -10,7 +10,6 @@ configuration), ``metrics.json`` and the export ``model-symbol.json`` / ``model-
 """
 import dataclasses
 import os
-import tempfile
 import time
 
 import mxnet as mx
@@ -26,7 +25,8 @@ from .export import export_and_check
 from .nli_config import RUN_OPTIONS, check_config
 from .nli_model import (EVAL_BATCH_SIZE, INPUT_DTYPES, INPUT_NAMES, load_data, load_model,
                         plot_attention, predict_logits, save_model_config)
-from .training import CheckpointManager
+from .distributed import DataParallel
+from .training import CheckpointManager, check_engine_state, check_kvstore
 
 __all__ = ['train', 'evaluate', 'predict', 'plot_attention', 'check_resume', 'load_data',
            'load_model', 'predict_logits', 'INPUT_NAMES', 'INPUT_DTYPES']
@@ -47,28 +47,6 @@ def _glove(model, config, train_pairs, vocab):
     return coverage
 
 
-class _TrainerState:
-    """A Gluon ``Trainer`` seen through the ``state_dict`` / ``load_state_dict`` interface that
-    :class:`~gluon_attention.tasks.training.CheckpointManager` saves (Adam moments and counts)."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def state_dict(self):
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, 'trainer.states')
-            self.trainer.save_states(path)
-            with open(path, 'rb') as handle:
-                return {'trainer': onp.frombuffer(handle.read(), dtype=onp.uint8)}
-
-    def load_state_dict(self, state):
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, 'trainer.states')
-            with open(path, 'wb') as handle:
-                handle.write(onp.asarray(state['trainer'], dtype=onp.uint8).tobytes())
-            self.trainer.load_states(path)
-
-
 def _recipe(config):
     """The options that shape the trained model (a checkpoint resumes only the same recipe)."""
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in RUN_OPTIONS}
@@ -78,12 +56,16 @@ def check_resume(config):
     """The latest intact checkpoint in ``<output_dir>/checkpoints`` (None when there is none).
 
     Raises ValueError when it belongs to a run with other options (other than
-    :data:`~gluon_attention.tasks.nli_config.RUN_OPTIONS`); nothing is written.
+    :data:`~gluon_attention.tasks.nli_config.RUN_OPTIONS`) or holds an optimizer state of an
+    older version, and for a ``--kvstore`` this process cannot use
+    (:func:`~gluon_attention.tasks.training.check_kvstore`); nothing is written.
     """
+    check_kvstore(config.kvstore)
     folder = os.path.join(config.output_dir, 'checkpoints')
     if not os.path.isdir(folder):
         return None
-    entry = CheckpointManager(folder).latest()
+    manager = CheckpointManager(folder)
+    entry = manager.latest()
     if entry is None:
         return None
     saved, wanted = entry['meta']['recipe'], _recipe(config)
@@ -91,44 +73,61 @@ def check_resume(config):
     if changed:
         _checks.fail('{} holds the checkpoints of a run with other options; rerun with them or '
                      'use another --output-dir'.format(folder), options=changed)
+    check_engine_state(manager, entry)
     return entry
 
 
-def _resume(entry, checkpoints, model, trainer, ctx):
+def _engine(model, config, ctx, encoded):
+    """The engine over ``model``'s parameters (Adam), after one forward pass on the first
+    training pair fixes the deferred Dense shapes (initialised from ``(seed, 0)``)."""
+    first = next(snli.iter_batches([part[:1] for part in encoded], 1))
+    seed_step(config.seed, 0)
+    model(*[mx.np.array(x, dtype='int32', ctx=ctx[0]) for x in first[:4]])
+    return DataParallel(model.collect_params(), config.kvstore, optimizer='adam',
+                        optimizer_params={'learning_rate': config.lr, 'wd': config.weight_decay})
+
+
+def _resume(entry, checkpoints, model, engine, ctx):
     """Progress ``{epoch, step, history, best}`` of ``entry`` (from :func:`check_resume`),
-    restored into ``model`` and ``trainer``; a fresh start when ``entry`` is None."""
+    restored into ``model`` and ``engine``; a fresh start when ``entry`` is None."""
     if entry is None:
         return {'epoch': 0, 'step': 0, 'history': [], 'best': -1.0}
-    checkpoints.restore(entry, model, _TrainerState(trainer), ctx)
-    print('resuming after epoch {} (step {})'.format(entry['meta']['epoch'], entry['step']))
+    checkpoints.restore(entry, model, engine, ctx)
+    if engine.is_chief:
+        print('resuming after epoch {} (step {})'.format(entry['meta']['epoch'], entry['step']))
     return {'epoch': entry['meta']['epoch'], 'step': entry['step'],
             'history': entry['meta']['history'], 'best': entry['meta']['best']}
 
 
-def _train_epoch(model, trainer, batches, ctx, config, step, desc):
-    """One pass over ``batches``; returns ``(step, {train_loss, train_accuracy})``."""
+_FIELDS = tuple(INPUT_NAMES) + ('label',)
+
+
+def _train_epoch(model, engine, batches, config, step, desc):
+    """One pass over ``batches`` (global batches: each worker trains on its rows); returns
+    ``(step, {train_loss, train_accuracy})`` of this worker's rows."""
     from tqdm import tqdm
     loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
     total_loss = correct = seen = 0
-    bar = tqdm(batches, desc=desc, disable=not config.progress)
+    bar = tqdm(batches, desc=desc, disable=not (config.progress and engine.is_chief))
     for batch in bar:
         if config.max_steps and step >= config.max_steps:
             break
-        seed_step(config.seed, step)                     # dropout masks from (seed, step)
-        parts = [mx.gluon.utils.split_and_load(onp.asarray(x, 'int32'), ctx, even_split=False)
-                 for x in batch[:5]]
-        with mx.autograd.record():
-            logits = [model(*inputs[:4]) for inputs in zip(*parts)]
-            losses = [loss_fn(o, y) for o, y in zip(logits, parts[4])]
-        mx.autograd.backward(losses)
-        trainer.step(len(batch.labels))
+        seed_step(config.seed, step * engine.num_workers + engine.rank)   # dropout masks
+        rows = engine.shard(onp.arange(len(batch.labels)))
+        logits = []
+
+        def summed(part):
+            logits.append((model(*[part[name] for name in INPUT_NAMES]), part['label']))
+            return loss_fn(logits[-1][0], part['label']).sum()
+
+        total_loss += engine.forward_backward(summed, {
+            name: onp.asarray(x, 'int32')[rows] for name, x in zip(_FIELDS, batch[:5])})
+        engine.step(len(batch.labels), config.lr)
         step += 1
-        total_loss += sum(float(l.sum()) for l in losses)
-        correct += sum(int((o.argmax(axis=1).astype('int32') == y).sum())
-                       for o, y in zip(logits, parts[4]))
-        seen += len(batch.labels)
-        bar.set_postfix(loss='{:.3f}'.format(total_loss / seen),
-                        acc='{:.3f}'.format(correct / seen))
+        correct += sum(int((o.argmax(axis=1).astype('int32') == y).sum()) for o, y in logits)
+        seen += len(rows)
+        bar.set_postfix(loss='{:.3f}'.format(total_loss / max(seen, 1)),
+                        acc='{:.3f}'.format(correct / max(seen, 1)))
     return step, {'train_loss': total_loss / max(seen, 1), 'train_accuracy': correct / max(seen, 1)}
 
 
@@ -143,35 +142,40 @@ def _checkpoint_meta(config, state):
             'best': state['best']}
 
 
+def _end_epoch(model, config, valid_encoded, ctx, state, record, start):
+    """The chief's end of an epoch: validation, the log line, ``best.params``."""
+    record.update(valid_accuracy=_valid_accuracy(model, valid_encoded, ctx[0]),
+                  elapsed_s=round(time.time() - start, 1))
+    print('epoch {epoch}: train loss {train_loss:.4f} acc {train_accuracy:.4f} | valid acc '
+          '{valid_accuracy:.4f} | {elapsed_s}s'.format(**record))
+    state['history'].append(record)
+    if record['valid_accuracy'] > state['best']:
+        state['best'] = record['valid_accuracy']
+        with atomic_path(os.path.join(config.output_dir, 'best.params')) as tmp:
+            model.save_parameters(tmp)
+
+
 def _fit(config, ctx, encoded, valid_encoded, model, entry):
     """Train ``model`` for the epochs ``config`` asks, resuming after checkpoint ``entry`` when
-    given; the best validation epoch is kept in ``best.params``. Returns the per-epoch history."""
-    trainer = mx.gluon.Trainer(model.collect_params(), 'adam',
-                               {'learning_rate': config.lr, 'wd': config.weight_decay})
+    given; the chief keeps the best validation epoch in ``best.params`` and writes the
+    checkpoints. Returns (the per-epoch history, whether this process is the chief)."""
+    engine = _engine(model, config, ctx, encoded)
     checkpoints = CheckpointManager(os.path.join(config.output_dir, 'checkpoints'))
-    state = _resume(entry, checkpoints, model, trainer, ctx)
+    state = _resume(entry, checkpoints, model, engine, ctx)
     start = time.time()
     for epoch in range(state['epoch'], config.epochs):
         if config.max_steps and state['step'] >= config.max_steps:
             break
-        shuffle = seed_step(config.seed, state['step'])
+        shuffle = seed_step(config.seed, state['step'])     # the same on every worker
         batches = list(snli.iter_batches(encoded, config.batch_size, shuffle))
-        state['step'], record = _train_epoch(model, trainer, batches, ctx, config, state['step'],
+        state['step'], record = _train_epoch(model, engine, batches, config, state['step'],
                                              'epoch {}'.format(epoch + 1))
-        record.update(epoch=epoch + 1, steps=state['step'],
-                      valid_accuracy=_valid_accuracy(model, valid_encoded, ctx[0]),
-                      elapsed_s=round(time.time() - start, 1))
-        print('epoch {epoch}: train loss {train_loss:.4f} acc {train_accuracy:.4f} | valid acc '
-              '{valid_accuracy:.4f} | {elapsed_s}s'.format(**record))
-        state['history'].append(record)
-        if record['valid_accuracy'] > state['best']:
-            state['best'] = record['valid_accuracy']
-            with atomic_path(os.path.join(config.output_dir, 'best.params')) as tmp:
-                model.save_parameters(tmp)
+        record.update(epoch=epoch + 1, steps=state['step'])
         state['epoch'] = epoch + 1
-        checkpoints.save(state['step'], model, _TrainerState(trainer),
-                         _checkpoint_meta(config, state))
-    return state['history']
+        if engine.is_chief:
+            _end_epoch(model, config, valid_encoded, ctx, state, record, start)
+            checkpoints.save(state['step'], model, engine, _checkpoint_meta(config, state))
+    return state['history'], engine.is_chief
 
 
 @mx.util.use_np
@@ -187,11 +191,14 @@ def train(config, data=None):
 
     Returns
     -------
-    dict
+    dict or None
         The metrics also written to ``metrics.json``: accuracy, macro F1, per-class precision /
         recall / F1, confusion matrix, majority-class baseline, data counts, GloVe coverage,
         per-epoch history, best epoch, export parity (max absolute logit difference of the
         reloaded graph over the validation set, same predictions) and wall time in seconds.
+        None in the workers other than rank 0 of a ``dist_*`` job (``--kvstore``): they train
+        their share of every batch; rank 0 validates, keeps the best epoch, writes the
+        checkpoints, exports and scores.
 
     Raises
     ------
@@ -217,7 +224,9 @@ def train(config, data=None):
     model.initialize(mx.init.Xavier(), ctx=ctx)
     coverage = _glove(model, config, train_pairs, vocab)
     model.hybridize()
-    history = _fit(config, ctx, encoded, valid_encoded, model, entry)
+    history, chief = _fit(config, ctx, encoded, valid_encoded, model, entry)
+    if not chief:                   # rank 0 of a distributed job scores and writes
+        return None
     metrics = _final_metrics(config, ctx[0], valid_encoded)
     metrics.update({
         'data': {'train': train_pairs.source, 'valid': valid_pairs.source,

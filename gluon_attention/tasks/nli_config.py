@@ -9,11 +9,12 @@ import dataclasses
 from .. import _checks
 from .common import parse_ctx
 from .config import option
+from .launch import KVSTORES
 
 __all__ = ['NLIConfig', 'RUN_OPTIONS', 'check_config']
 
 #: Options that may change between a killed run and its resumption (where and how it runs).
-RUN_OPTIONS = ('output_dir', 'ctx', 'threads', 'progress')
+RUN_OPTIONS = ('output_dir', 'ctx', 'kvstore', 'threads', 'progress')
 
 
 @dataclasses.dataclass
@@ -43,6 +44,10 @@ class NLIConfig:
                              '(best.params, vocab.json, config.json), metrics.json, the export; '
                              '--evaluate, --predict and --plot-attention read the model here')
     ctx: str = option('cpu', "devices: cpu, gpu, cpu(N), gpu(N), comma-separated (data parallel)")
+    kvstore: str = option(
+        'device', 'gradient summation: device or local in one process; dist_sync or '
+                  'dist_device_sync in a job started by scripts/launch.py (--batch-size stays '
+                  'the pairs of one update, shared among the workers)', choices=KVSTORES)
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
 

@@ -1,39 +1,60 @@
-"""The training loop of the SQuAD job: the schedule of steps, the refusal to mix runs in one
-output folder, forward/backward with gradient accumulation, AdamW, checkpoints and resuming.
+"""The training loop of the SQuAD job on the data-parallel engine: the schedule of steps, the
+refusal to mix runs in one output folder, the loss, checkpoints and resuming.
 
 Every function takes a :class:`~gluon_attention.tasks.squad_config.TrainConfig`; the data are in
 :mod:`~gluon_attention.tasks.squad_data`, the commands in :mod:`~gluon_attention.tasks.squad_train`
-and :mod:`~gluon_attention.tasks.squad_infer`.
+and :mod:`~gluon_attention.tasks.squad_infer`. The steps run on
+:class:`~gluon_attention.tasks.distributed.DataParallel` (kvstore ``--kvstore``): a step holds
+``--batch-size x --grad-accum-steps x workers`` features (the *features per step*), each worker
+takes its slice, splits it into ``--grad-accum-steps`` forward passes and each pass over its
+``--ctx`` devices.
 """
+import collections
 import os
 import time
 
+import mxnet as mx
 import numpy as onp
-from mxnet import autograd
 from tqdm import tqdm
 
 from .._checks import fail
 from ..data import squad
 from ..models.qa import qa_loss
-from .common import seed_step
+from .distributed import DataParallel, train_steps
 from .squad_config import recipe
 from .squad_data import INPUT_NAMES
-from .training import AdamW, CheckpointManager, linear_warmup_decay, split_batch
+from .training import CheckpointManager, check_engine_state, check_kvstore
 
-__all__ = ['schedule', 'check_resumable', 'train']
+__all__ = ['schedule', 'features_per_step', 'check_resumable', 'train',
+           'TrainResult']
+
+#: What :func:`train` returns: steps of the whole run, steps run by this call, training seconds
+#: of the whole run (summed over resumed calls), features per step (all workers), and whether
+#: this process is the chief (rank 0: it evaluates and writes the model).
+TrainResult = collections.namedtuple('TrainResult',
+                                     'steps steps_run seconds features_per_step is_chief')
+
+#: Recipe options whose product with the number of workers is compared instead of each value.
+_LAYOUT = ('batch_size', 'grad_accum_steps')
 
 
-def schedule(features, config):
+def features_per_step(config, workers=1):
+    """Training features of one step, all workers together."""
+    return config.batch_size * config.grad_accum_steps * workers
+
+
+def schedule(features, config, workers=1):
     """Feature indices of every step of the run: shuffled per epoch, each step's features drawn
     from a pool of similar lengths so little is padded.
 
-    A step holds ``batch_size * grad_accum_steps`` features. ``--max-steps`` > 0 gives the number
-    of steps; 0 gives ``ceil(epochs * len(features) / features per step)``.
+    A step holds :func:`features_per_step` features. ``--max-steps`` > 0 gives the number of
+    steps; 0 gives ``ceil(epochs * len(features) / features per step)``. The schedule depends
+    on the layout only through the features per step.
     """
     if not features:
         fail('expected at least one training feature (check --train-file, --extra-train-file '
              'and the keep ratios)', num_features=0)
-    size = config.batch_size * config.grad_accum_steps
+    size = features_per_step(config, workers)
     total = config.max_steps or int(onp.ceil(config.epochs * len(features) / size))
     lengths = onp.array([f.valid_length for f in features])
     batches, epoch = [], 0
@@ -51,113 +72,120 @@ def schedule(features, config):
     return batches[:total]
 
 
+def _compared(options, per_step):
+    """Recipe options as compared between runs: ``--batch-size`` and ``--grad-accum-steps``
+    give way to the features per step, so a run resumes under another layout."""
+    compared = {'--' + k.replace('_', '-'): v for k, v in options.items() if k not in _LAYOUT}
+    compared['features per step (--batch-size x --grad-accum-steps x workers)'] = per_step
+    return compared
+
+
 def check_resumable(config):
     """Refuse to mix runs: checkpoints in ``<output-dir>/checkpoints`` must have been written
-    with the same recipe options (:func:`~gluon_attention.tasks.squad_config.recipe`).
+    with the same recipe options (:func:`~gluon_attention.tasks.squad_config.recipe`), with
+    ``--batch-size`` and ``--grad-accum-steps`` compared through the features per step (a
+    2-worker run with ``--batch-size 8`` resumes in one process with ``--batch-size 16``).
 
     Raises
     ------
     ValueError
-        Naming every differing option with its value there and now.
+        Naming every differing option with its value there and now; as
+        :func:`~gluon_attention.tasks.training.check_kvstore`;
+        or for checkpoints whose optimizer state an older version of the job wrote.
     """
+    workers = check_kvstore(config.kvstore)
     folder = os.path.join(config.output_dir, 'checkpoints')
-    entry = CheckpointManager(folder).latest() if os.path.isdir(folder) else None
+    manager = CheckpointManager(folder) if os.path.isdir(folder) else None
+    entry = manager.latest() if manager else None
     if entry is None:
         return
-    before, now = entry['meta'].get('recipe'), recipe(config)
+    before = entry['meta'].get('recipe')
     if before is None:
         differ = 'options not recorded (an older version wrote them)'
     else:
-        differ = '; '.join('--{}: {!r} there, {!r} now'.format(k.replace('_', '-'),
-                                                              before.get(k), v)
+        single = before.get('batch_size', 0) * before.get('grad_accum_steps', 1)
+        before = _compared(before, entry['meta'].get('features_per_step', single))
+        now = _compared(recipe(config), features_per_step(config, workers))
+        differ = '; '.join('{}: {!r} there, {!r} now'.format(k, before.get(k), v)
                            for k, v in sorted(now.items()) if before.get(k) != v)
     if differ:
         fail('{} holds the checkpoints of a run with other options ({}); resume it with those '
              'options, or use another --output-dir (or delete that folder) to start a new '
              'run'.format(folder, differ), output_dir=config.output_dir)
+    check_engine_state(manager, entry)
 
 
-def _forward_loss(model, part, config, scale):
-    start, end, answerable = model(*[part[k] for k in INPUT_NAMES], part['start_position'])
-    loss = qa_loss(start, end, answerable, part['start_position'], part['end_position'],
-                   part['is_impossible'], config.answerable_weight,
-                   part['answerable_loss_weight'])
-    return loss * scale
+def _summed_loss(model, config):
+    """The loss of the engine: :func:`~gluon_attention.models.qa.qa_loss` summed over a part."""
+    def loss_fn(part):
+        start, end, answerable = model(*[part[k] for k in INPUT_NAMES], part['start_position'])
+        loss = qa_loss(start, end, answerable, part['start_position'], part['end_position'],
+                       part['is_impossible'], config.answerable_weight,
+                       part['answerable_loss_weight'])
+        return loss * part['input_ids'].shape[0]
+    return loss_fn
 
 
-def _backward(model, features, indices, config, contexts):
-    """Forward and backward of one step's features in ``grad_accum_steps`` micro-batches, each
-    split over the contexts; gradients add up to those of the mean loss of the whole step."""
-    losses = []
-    for lo in range(0, len(indices), config.batch_size):
-        arrays = squad.batchify([features[i] for i in indices[lo:lo + config.batch_size]],
-                                round_to=8)
-        with autograd.record():
-            part_losses = [_forward_loss(model, part, config, len(part['input_ids']) / len(indices))
-                           for part in split_batch(arrays, contexts)]
-        autograd.backward(part_losses)
-        losses += part_losses
-    return losses
-
-
-def _optimizer(model, features, first_step, config, contexts):
-    """AdamW over the trainable parameters, after one forward pass materialises their shapes.
-
-    With gradient accumulation the trainable parameters add up their gradients (``grad_req='add'``,
-    set before the graph is built); :func:`train` zeroes them before each step.
-    """
-    if config.grad_accum_steps > 1:
-        for param in model.collect_params().values():
-            if param.grad_req != 'null':
-                param.grad_req = 'add'
-    first = squad.batchify([features[i] for i in first_step[:len(contexts)]], round_to=8)
-    for part in split_batch(first, contexts):
-        _forward_loss(model, part, config, 1.0)
-    heads = set()
+def _engine(model, features, config, contexts):
+    """The engine over the trainable parameters, after one forward pass fixes the QA heads'
+    deferred shapes; the heads' parameters get ``lr_mult = --head-lr-mult``."""
+    for param in model.collect_params().values():
+        if param.grad_req != 'null':        # before the (static) graph is built
+            param.grad_req = 'add'
+    first = squad.batchify([features[0]], round_to=8)
+    model(*[mx.np.array(first[k], dtype=first[k].dtype, ctx=contexts[0])
+            for k in INPUT_NAMES + ('start_position',)])
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
-        heads |= set(head.collect_params().values())
-    params = [p for p in model.collect_params().values() if p.grad_req != 'null']
-    return AdamW(params, weight_decay=config.weight_decay,
-                 lr_mult=[config.head_lr_mult if p in heads else 1.0 for p in params])
+        for param in head.collect_params().values():
+            param.lr_mult = config.head_lr_mult
+    return DataParallel(model.collect_params(), config.kvstore,
+                        optimizer_params={'learning_rate': config.lr, 'wd': config.weight_decay})
+
+
+class _Progress:
+    """The chief's progress bar, opened at the first step this call runs (a resumed run starts
+    there): loss, learning rate and features per second of all workers every 10 steps."""
+
+    def __init__(self, total, per_step, enabled):
+        self.total, self.per_step, self.enabled = total, per_step, enabled
+        self.bar, self.started, self.done = None, 0.0, 0
+
+    def __call__(self, result):
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, initial=result.step, desc='train', unit='step',
+                            dynamic_ncols=True, disable=not self.enabled)
+            self.started = time.time()
+        self.bar.update(1)
+        self.done += self.per_step
+        if result.step % 10 == 0 or result.step + 1 == self.total:
+            speed = self.done / max(time.time() - self.started, 1e-9)
+            self.bar.set_postfix(loss='{:.3f}'.format(result.loss), lr='{:.1e}'.format(result.lr),
+                                 feats_s='{:.1f}'.format(speed))
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 def train(model, features, config, contexts):
-    """Train, or resume the run whose checkpoints are in ``<output-dir>/checkpoints``.
+    """Train, or resume the run whose checkpoints are in ``<output-dir>/checkpoints``, on the
+    engine of ``--kvstore`` (every worker of a distributed job calls this with the same data).
 
-    Returns (steps of the whole run, steps run by this call, training seconds of the whole run):
-    the seconds are summed over resumed calls through the checkpoints' metadata.
+    Returns
+    -------
+    TrainResult
+        The chief (rank 0) saves the checkpoints; every worker resumes from them.
     """
-    started = time.time()
-    batches = schedule(features, config)
-    optimizer = _optimizer(model, features, batches[0], config, contexts)
-    manager = CheckpointManager(os.path.join(config.output_dir, 'checkpoints'))
-    begin, seconds = 0, 0.0
-    entry = manager.latest()
-    if entry is not None:                       # check_resumable has compared the recipes
-        manager.restore(entry, model, optimizer, contexts)
-        begin, seconds = entry['step'], float(entry['meta'].get('train_seconds', 0.0))
-        print('resuming from step {} of {}'.format(begin, len(batches)))
-        if begin == len(batches):
-            return len(batches), 0, seconds
-    earlier = seconds
-    progress = tqdm(range(begin, len(batches)), initial=begin, total=len(batches), desc='train',
-                    unit='step', dynamic_ncols=True, disable=not config.progress)
-    loop_start, features_done = time.time(), 0
-    for step in progress:
-        seed_step(config.seed, step)
-        if config.grad_accum_steps > 1:     # Parameter.zero_grad fails on mx.np arrays
-            for grad in (g for p in optimizer.params for g in p.list_grad()):
-                grad[:] = 0
-        losses = _backward(model, features, batches[step], config, contexts)
-        lr = linear_warmup_decay(step, len(batches), config.lr, config.warmup_ratio)
-        optimizer.step(lr, config.max_grad_norm)
-        features_done += len(batches[step])
-        if step % 10 == 0 or step + 1 == len(batches):
-            speed = features_done / max(time.time() - loop_start, 1e-9)
-            progress.set_postfix(loss='{:.3f}'.format(sum(float(l) for l in losses)),
-                                 lr='{:.1e}'.format(lr), feats_s='{:.1f}'.format(speed))
-        if (step + 1) % config.checkpoint_every == 0 or step + 1 == len(batches):
-            seconds = round(earlier + time.time() - started, 1)
-            manager.save(step + 1, model, optimizer, {'recipe': recipe(config),
-                                                      'train_seconds': seconds})
-    return len(batches), len(batches) - begin, seconds    # the last step always saves
+    engine = _engine(model, features, config, contexts)
+    per_step = features_per_step(config, engine.num_workers)
+    batches = schedule(features, config, engine.num_workers)
+    progress = _Progress(len(batches), per_step, config.progress and engine.is_chief)
+    try:
+        first, seconds = train_steps(
+            model, engine, _summed_loss(model, config), batches,
+            lambda ids: squad.batchify([features[i] for i in ids], round_to=8), config,
+            checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
+            meta={'recipe': recipe(config), 'features_per_step': per_step}, on_step=progress)
+    finally:
+        progress.close()
+    return TrainResult(len(batches), len(batches) - first, seconds, per_step, engine.is_chief)

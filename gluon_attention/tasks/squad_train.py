@@ -73,7 +73,10 @@ def run_train(config, job):
     write the outputs, export and check the reload (and, with ``--onnx``, ONNX Runtime)."""
     contexts = job['contexts']
     model = build_model(config.model_dir, config, contexts)
-    steps, _, train_seconds = train(model, job['features'], config, contexts)
+    result = train(model, job['features'], config, contexts)
+    if not result.is_chief:         # rank 0 of a distributed job evaluates and writes
+        return 0
+    steps, train_seconds = result.steps, result.seconds
     if config.version_2_with_negative:
         calibration = calibrate_threshold(model, job['heldout'], job['tokenizer'], config,
                                           contexts[0])
@@ -87,7 +90,7 @@ def run_train(config, job):
     results = score_and_write(config, job, outputs, threshold, dict(
         calibration, train_steps=steps, train_seconds=round(train_seconds, 1),
         eval_seconds=round(time.time() - start, 1),
-        train_features_per_second=round(steps * config.batch_size * config.grad_accum_steps
+        train_features_per_second=round(steps * result.features_per_step
                                         / max(train_seconds, 1e-9), 2)))
     if config.skip_export:
         return 0

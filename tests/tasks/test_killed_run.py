@@ -18,7 +18,8 @@ import numpy as onp
 import pytest
 from mxnet.gluon import nn
 
-from gluon_attention.tasks.training import AdamW, CheckpointManager
+from gluon_attention.tasks.distributed import DataParallel
+from gluon_attention.tasks.training import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / 'scripts' / 'run_squad.py'
@@ -133,7 +134,7 @@ def test_truncated_checkpoint_file_falls_back_to_previous(tmp_path):
     """CheckpointManager.latest() skips a checkpoint whose params or optimizer file is cut short or
     missing, and restore() then loads the previous good one exactly."""
     block = _tiny_block(1)
-    optimizer = AdamW(list(block.collect_params().values()))
+    optimizer = DataParallel(block.collect_params())
     manager = CheckpointManager(str(tmp_path), keep=3)
     saved = {}
     for step in (1, 2, 3):
@@ -149,7 +150,7 @@ def test_truncated_checkpoint_file_falls_back_to_previous(tmp_path):
     entry = manager.latest()
     assert entry['step'] == 1
     other = _tiny_block(9)
-    manager.restore(entry, other, AdamW(list(other.collect_params().values())), mx.cpu())
+    manager.restore(entry, other, DataParallel(other.collect_params()), mx.cpu())
     onp.testing.assert_array_equal(other.dense.weight.data().asnumpy(), saved[1])
     (tmp_path / 'checkpoints.json').write_text('[{"step": 5, "fi')      # index cut short
     assert manager.latest() is None

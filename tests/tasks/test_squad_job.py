@@ -115,7 +115,8 @@ def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny):
                        + ['--lr', '0.001', '--grad-accum-steps', '2'])
     message = str(exit_info.value.code)
     assert '--lr: 0.0002 there, 0.001 now' in message
-    assert '--grad-accum-steps: 1 there, 2 now' in message and '--seed' not in message
+    assert ('features per step (--batch-size x --grad-accum-steps x workers): 4 there, 8 now'
+            in message and '--seed' not in message)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
