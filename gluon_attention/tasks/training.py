@@ -1,23 +1,22 @@
-"""Training utilities shared by the jobs: AdamW, schedules, clipping, checkpoints.
+"""Training utilities shared by the jobs: the learning-rate schedule and checkpoints.
 
-Everything a killed run needs to resume exactly is in a checkpoint: parameters, optimizer moments,
+Everything a killed run needs to resume exactly is in a checkpoint: parameters, optimizer state
+(:meth:`~gluon_attention.tasks.distributed.DataParallel.state_dict`: moments and step counts),
 the step counter and the script's configuration. ``mx.random`` has no state to save, so scripts
 reseed it from ``(seed, step)`` at every step (:func:`~gluon_attention.tasks.common.seed_step`).
 """
 import hashlib
 import json
-import math
 import os
-import re
 import sys
 
-import mxnet as mx
 import numpy as onp
 
 from .. import _checks
 from .common import atomic_write_json
+from .launch import DMLC_VARIABLES, KVSTORES, create_kvstore
 
-__all__ = ['AdamW', 'linear_warmup_decay', 'split_batch', 'CheckpointManager']
+__all__ = ['linear_warmup_decay', 'check_kvstore', 'CheckpointManager', 'check_engine_state']
 
 
 def linear_warmup_decay(step, total_steps, base_lr, warmup_ratio):
@@ -28,93 +27,32 @@ def linear_warmup_decay(step, total_steps, base_lr, warmup_ratio):
     return base_lr * max(0.0, (total_steps - step) / max(1, total_steps - warmup))
 
 
-def split_batch(arrays, contexts):
-    """Split a dict of NumPy arrays along axis 0 into one dict of mx.np arrays per context."""
-    size = len(next(iter(arrays.values())))
-    bounds = onp.linspace(0, size, len(contexts) + 1).astype(int)
-    return [{k: mx.np.array(v[lo:hi], dtype=v.dtype, ctx=ctx) for k, v in arrays.items()}
-            for ctx, lo, hi in zip(contexts, bounds[:-1], bounds[1:]) if hi > lo]
+def check_kvstore(kvstore):
+    """Check ``--kvstore`` before a job reads its data; returns the number of workers.
 
+    Returns
+    -------
+    int
+        ``DMLC_NUM_WORKER`` under a ``dist_*`` kvstore (set by ``scripts/launch.py``), else 1.
 
-class AdamW:
-    """Adam with decoupled weight decay (Loshchilov & Hutter 2019) over Gluon parameters.
-
-    Parameters
-    ----------
-    params : list of gluon.Parameter
-        Trainable parameters (``grad_req != 'null'``), possibly on several contexts.
-    weight_decay : float
-        Applied to every parameter except biases and LayerNorm gamma/beta.
-    beta1, beta2, epsilon : float
-
-    :meth:`step` reads the gradients summed over contexts, clips them to ``max_grad_norm`` and
-    updates the parameters on every context. Moments live on the first context.
+    Raises
+    ------
+    ValueError
+        As :func:`~gluon_attention.tasks.launch.create_kvstore` for a local kvstore (an unknown
+        type, a process launched as one of several workers); for a ``dist_*`` kvstore in a
+        process that is not a worker of a launched job (a DMLC variable missing). A ``dist_*``
+        kvstore is joined later, by the engine.
     """
-
-    def __init__(self, params, weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
-                 lr_mult=None):
-        self.params = list(params)
-        # per-parameter learning-rate multipliers (e.g. a faster randomly initialised head)
-        self.lr_mult = [1.0] * len(self.params) if lr_mult is None else list(lr_mult)
-        if len(self.lr_mult) != len(self.params):
-            raise ValueError('lr_mult must give one multiplier per parameter: expected {}. '
-                             'Received: {}'.format(len(self.params), len(self.lr_mult)))
-        self.decay = [0.0 if re.search(r'(bias|gamma|beta)$', p.name) else weight_decay
-                      for p in self.params]
-        self.betas, self.epsilon, self.num_update = (beta1, beta2), epsilon, 0
-        self.mean = [mx.np.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]
-        self.var = [mx.np.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]
-
-    def _summed_grads(self):
-        grads = []
-        for p in self.params:
-            first, *rest = p.list_grad()
-            if rest:
-                first = first.copy()
-                for other in rest:
-                    first += other.as_in_ctx(first.ctx)
-            grads.append(first)
-        return grads
-
-    def step(self, lr, max_grad_norm=1.0, scale=1.0):
-        """One update with learning rate ``lr``; gradients are multiplied by ``scale`` first
-        and clipped to a global norm of ``max_grad_norm`` (0 or None: no clipping).
-
-        Uses MXNet's fused ``adamw_update`` kernel in place (one pass per parameter):
-        ``w -= lr * (sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps) + wd * w)``.
-        Returns the gradient norm before clipping (of the scaled gradients).
-        """
-        grads = self._summed_grads()
-        squares = [(g.astype('float32') ** 2).sum() for g in grads]
-        norm = scale * math.sqrt(float(mx.np.stack(squares).sum()))   # one synchronisation
-        if max_grad_norm and norm > max_grad_norm:
-            scale *= max_grad_norm / (norm + 1e-6)
-        self.num_update += 1
-        (beta1, beta2), t = self.betas, self.num_update
-        alpha = math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
-        for p, g, m, v, wd, mult in zip(self.params, grads, self.mean, self.var, self.decay,
-                                        self.lr_mult):
-            weight = p.data(m.ctx).as_nd_ndarray()
-            mx.nd.contrib.adamw_update(
-                weight, g.as_nd_ndarray(), m.as_nd_ndarray(), v.as_nd_ndarray(),
-                rescale_grad=mx.nd.array([scale], ctx=m.ctx), lr=alpha, eta=lr * mult,
-                beta1=beta1,
-                beta2=beta2, epsilon=self.epsilon, wd=wd, out=weight)
-            if len(p.list_ctx()) > 1:
-                p.set_data(p.data(m.ctx))
-        return norm
-
-    def state_dict(self):
-        state = {'num_update': onp.array(self.num_update)}
-        for i, (m, v) in enumerate(zip(self.mean, self.var)):
-            state['mean_%d' % i], state['var_%d' % i] = m.asnumpy(), v.asnumpy()
-        return state
-
-    def load_state_dict(self, state):
-        self.num_update = int(state['num_update'])
-        for i, (m, v) in enumerate(zip(self.mean, self.var)):
-            m[:] = mx.np.array(state['mean_%d' % i], ctx=m.ctx)
-            v[:] = mx.np.array(state['var_%d' % i], ctx=v.ctx)
+    if kvstore not in KVSTORES or not kvstore.startswith('dist'):
+        create_kvstore(kvstore)       # raises, or returns a local type's name (creates nothing)
+        return 1
+    missing = [name for name in DMLC_VARIABLES if not os.environ.get(name)]
+    if missing or os.environ['DMLC_ROLE'] != 'worker':
+        _checks.fail('--kvstore {} trains in the workers of a launched job: start it with '
+                     'scripts/launch.py, or set the DMLC variables by hand (README, "More than '
+                     'one device or machine")'.format(kvstore),
+                     missing=missing, DMLC_ROLE=os.environ.get('DMLC_ROLE'))
+    return int(os.environ['DMLC_NUM_WORKER'])
 
 
 def _sha256(path):
@@ -125,29 +63,17 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def _machine_load():
-    """The load averages and core count now; {} where ``os.getloadavg`` is missing."""
-    try:
-        load = [round(value, 2) for value in os.getloadavg()]
-    except (AttributeError, OSError):
-        return {}
-    return {'load_average': load, 'cpu_count': os.cpu_count()}
-
-
 class CheckpointManager:
     """Atomic, verified checkpoints in ``folder``: parameters, optimizer state and metadata.
 
     Each checkpoint is ``ckpt-<step>.params`` and ``ckpt-<step>.states.npz``, listed with their
     sha256 in ``checkpoints.json`` (written last, atomically). :meth:`latest` returns the newest
     checkpoint whose files exist and match their hashes, so a file cut short on disk is skipped
-    and the previous good checkpoint is used. The ``keep`` newest are kept (None: every one).
-    Each entry's ``meta`` also records the machine's load when it was saved
-    (``load_average``: ``os.getloadavg()``, 1, 5 and 15 minutes; ``cpu_count``).
+    and the previous good checkpoint is used. The ``keep`` newest are kept.
     """
 
     def __init__(self, folder, keep=2):
-        self.folder = folder
-        self.keep = _checks.check_positive_int('keep', keep, allow_none=True)
+        self.folder, self.keep = folder, _checks.check_positive_int('keep', keep)
         os.makedirs(folder, exist_ok=True)
         self.index_path = os.path.join(folder, 'checkpoints.json')
 
@@ -172,30 +98,22 @@ class CheckpointManager:
             os.replace(tmp, path)
             files[kind] = {'file': os.path.basename(path), 'sha256': _sha256(path)}
         index = [e for e in self._index() if e['step'] != step]
-        index.append({'step': step, 'files': files, 'meta': dict(meta, **_machine_load())})
+        index.append({'step': step, 'files': files, 'meta': meta})
         index.sort(key=lambda e: e['step'])
-        kept = index[-self.keep:] if self.keep else index
-        for old in index[:len(index) - len(kept)]:
+        for old in index[:-self.keep]:
             for info in old['files'].values():
                 try:
                     os.remove(os.path.join(self.folder, info['file']))
                 except OSError:
                     pass
-        atomic_write_json(self.index_path, kept)
-
-    def _intact(self, entry):
-        return all(os.path.exists(os.path.join(self.folder, i['file'])) and
-                   _sha256(os.path.join(self.folder, i['file'])) == i['sha256']
-                   for i in entry['files'].values())
-
-    def entries(self):
-        """Every listed checkpoint entry whose files are intact, oldest first."""
-        return [entry for entry in self._index() if self._intact(entry)]
+        atomic_write_json(self.index_path, index[-self.keep:])
 
     def latest(self):
         """The newest intact checkpoint entry (dict with step, files, meta) or None."""
         for entry in reversed(self._index()):
-            if self._intact(entry):
+            paths = [os.path.join(self.folder, i['file']) for i in entry['files'].values()]
+            if all(os.path.exists(p) and _sha256(p) == i['sha256']
+                   for p, i in zip(paths, entry['files'].values())):
                 return entry
             print('checkpoint of step {} in {} is missing or fails its sha256 check; trying an '
                   'older one'.format(entry['step'], self.folder), file=sys.stderr)
@@ -207,3 +125,30 @@ class CheckpointManager:
                               ctx=ctx)
         with onp.load(os.path.join(self.folder, entry['files']['states']['file'])) as state:
             optimizer.load_state_dict(dict(state))
+
+
+def check_engine_state(manager, entry):
+    """Refuse a checkpoint whose optimizer state the engine cannot load.
+
+    Parameters
+    ----------
+    manager : CheckpointManager
+    entry : dict
+        A checkpoint of ``manager`` (from :meth:`CheckpointManager.latest`).
+
+    Raises
+    ------
+    ValueError
+        The states file holds anything but :meth:`DataParallel.state_dict
+        <gluon_attention.tasks.distributed.DataParallel.state_dict>`'s arrays (``num_update``,
+        ``count_<i>``, ``state_<i>_<j>``): an older version of the jobs wrote it with its own
+        optimizer, and resuming would restart the moments from zero.
+    """
+    path = os.path.join(manager.folder, entry['files']['states']['file'])
+    with onp.load(path) as state:
+        names = sorted(state.files)
+    foreign = [n for n in names if n != 'num_update' and not n.startswith(('count_', 'state_'))]
+    if foreign or 'num_update' not in names:
+        _checks.fail('{} holds a checkpoint whose optimizer state an older version wrote; it '
+                     'cannot resume: use another --output-dir (or delete that folder) to start a '
+                     'new run'.format(manager.folder), names=names[:4])
