@@ -5,6 +5,7 @@ Commands (``train`` when none is given):
   train     fine-tune, save the model folder, evaluate, export and check the reload
   evaluate  score a saved model folder on a SQuAD file with answers
   predict   answer the questions of a SQuAD file, or one --question about one --context
+  curve     score every kept checkpoint of a train run: curve.csv and curve.png (learning curve)
 
 Defaults are the `make demo` recipe (see docs/squad.md). A killed ``train`` resumes from its last
 checkpoint when rerun with the same --output-dir and options; other training options there are
@@ -14,7 +15,7 @@ import argparse
 import os
 import sys
 
-COMMANDS = ('train', 'evaluate', 'predict')
+COMMANDS = ('train', 'evaluate', 'predict', 'curve')
 
 
 def _threads_before_mxnet(argv):
@@ -30,12 +31,14 @@ def _threads_before_mxnet(argv):
 def build_parser():
     """The command line: one sub-command per config class of the job."""
     from gluon_attention.tasks.config import add_arguments
-    from gluon_attention.tasks.squad_config import EvaluateConfig, PredictConfig, TrainConfig
+    from gluon_attention.tasks.squad_config import (CurveConfig, EvaluateConfig, PredictConfig,
+                                                    TrainConfig)
     parser = argparse.ArgumentParser(prog='run_squad.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1])
-    commands = parser.add_subparsers(dest='command', metavar='{train,evaluate,predict}')
-    for name, config_class in zip(COMMANDS, (TrainConfig, EvaluateConfig, PredictConfig)):
+    commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')
+    for name, config_class in zip(COMMANDS, (TrainConfig, EvaluateConfig, PredictConfig,
+                                             CurveConfig)):
         sub = commands.add_parser(name, help=config_class.__doc__.splitlines()[0],
                                   description=config_class.__doc__)
         add_arguments(sub, config_class)
@@ -56,7 +59,8 @@ def parse_config(argv):
     config = from_args(namespace.config_class, namespace)
     try:
         check_config(config)
-        model_folder(config)
+        if namespace.command != 'curve':        # curve reads the run's own folders
+            model_folder(config)
     except (ValueError, ImportError) as err:
         namespace.parser.error(str(err))
     return namespace.command, config
@@ -68,10 +72,11 @@ def main(argv=None):
     import mxnet as mx
     mx.npx.set_np()
     command, config = parse_config(argv)
-    from gluon_attention.tasks import squad_infer, squad_train
+    from gluon_attention.tasks import squad_curve, squad_infer, squad_train
     prepare, run = {'train': (squad_train.prepare_train, squad_train.run_train),
                     'evaluate': (squad_infer.prepare_evaluate, squad_infer.run_evaluate),
-                    'predict': (squad_infer.prepare_predict, squad_infer.run_predict)}[command]
+                    'predict': (squad_infer.prepare_predict, squad_infer.run_predict),
+                    'curve': (squad_curve.prepare_curve, squad_curve.run_curve)}[command]
     try:            # what the command line names must exist before any work starts
         prepared = prepare(config)
     except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file

@@ -203,6 +203,7 @@ class StepConfig:
     max_grad_norm: float = 1.0
     grad_accum_steps: int = 1
     checkpoint_every: int = 0
+    keep_checkpoints: int = 2
 
 
 #: One finished step: index, this worker's mean loss, learning rate, gradient norm, examples.
@@ -227,7 +228,8 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
     config : StepConfig or a job config with the same fields
         ``seed``: step s reseeds with ``seed_step(seed, s * num_workers + rank)``;
         ``grad_accum_steps``: micro-batches per worker and step; ``checkpoint_every``: save
-        every N steps (0: only after the last).
+        every N steps (0: only after the last); ``keep_checkpoints``: how many of the newest
+        checkpoints stay on disk (0: every one; 2 when the config has no such field).
     checkpoint_dir : str, optional
         Resume from the newest intact checkpoint there; rank 0 saves (every worker must read
         the same folder: a shared file system across machines).
@@ -245,7 +247,8 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
         The step this call started from (0, or the resumed checkpoint's), and the training
         seconds of the whole run.
     """
-    manager = CheckpointManager(checkpoint_dir) if checkpoint_dir else None
+    keep = getattr(config, 'keep_checkpoints', 2) or None
+    manager = CheckpointManager(checkpoint_dir, keep) if checkpoint_dir else None
     entry = manager.latest() if manager else None
     begin, earlier = 0, 0.0
     if entry is not None:

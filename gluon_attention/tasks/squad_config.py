@@ -15,7 +15,8 @@ from .._checks import fail
 from .config import option
 from .launch import KVSTORES
 
-__all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'recipe_option',
+__all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
+           'recipe_option',
            'recipe', 'check_config', 'threshold_override', 'EVAL_TITLES', 'THRESHOLD_TITLES']
 
 #: The two articles of the shipped evaluation file, left out of training by default.
@@ -136,6 +137,8 @@ class TrainConfig(EvaluateConfig):
              'attention kernel)')
     seed: int = recipe_option(7, 'seed of the data selection, the shuffles and every step')
     checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
+    keep_checkpoints: int = option(2, 'checkpoints kept on disk, the newest (0: every one, for '
+                                   'the learning curve of the curve command)')
     kvstore: str = option(
         'device', 'gradient summation: device or local in one process; dist_sync or '
                   'dist_device_sync in a job started by scripts/launch.py (a step then holds '
@@ -143,6 +146,19 @@ class TrainConfig(EvaluateConfig):
     skip_export: bool = option(False, 'skip exporting the inference graph and its reload check')
     onnx: bool = option(True, 'also export to ONNX and check it in ONNX Runtime on the '
                         'evaluation questions (needs the [onnx] extra)')
+
+
+@dataclasses.dataclass
+class CurveConfig:
+    """curve: score every kept checkpoint of a train run (curve.csv, curve.png)."""
+    output_dir: str = option('runs/squad', 'the train run: its run_config.json gives the recipe, '
+                             'the held-out and the evaluation questions; its checkpoints/ are '
+                             'scored; curve.csv and curve.png are written there')
+    eval_batch_size: int = option(32, 'features per inference batch')
+    ctx: str = option('cpu', "the device to score on, e.g. cpu, gpu(0)")
+    threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
+    progress: bool = option(True, 'show progress bars')
+    plot: bool = option(True, 'also draw curve.png (needs matplotlib: the [plots] extra)')
 
 
 def recipe(config):
@@ -154,7 +170,7 @@ def recipe(config):
 _POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'grad_accum_steps', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
              'max_answer_length', 'start_top_n', 'end_top_n')
-_COUNTS = ('max_steps', 'max_train_features', 'max_eval_examples', 'threads')
+_COUNTS = ('max_steps', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints')
 _FINITE = ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight', 'head_lr_mult')
 _FRACTIONS = ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio')
 _DROPOUTS = ('dropout', 'attention_dropout', 'classifier_dropout')
@@ -188,7 +204,8 @@ def check_config(config):
     for name, value in each(_DROPOUTS):
         if not 0 <= value < 1:
             fail('--{} must lie in [0, 1)'.format(_flag(name)), **{name: value})
-    threshold_override(config)
+    if isinstance(config, QAOptions):
+        threshold_override(config)
     if isinstance(config, PredictConfig) and bool(config.predict_file) == bool(
             config.question or config.context):
         fail('predict needs either --predict-file or both --question and --context',

@@ -63,17 +63,29 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+def _machine_load():
+    """The load averages and core count now; {} where ``os.getloadavg`` is missing."""
+    try:
+        load = [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return {}
+    return {'load_average': load, 'cpu_count': os.cpu_count()}
+
+
 class CheckpointManager:
     """Atomic, verified checkpoints in ``folder``: parameters, optimizer state and metadata.
 
     Each checkpoint is ``ckpt-<step>.params`` and ``ckpt-<step>.states.npz``, listed with their
     sha256 in ``checkpoints.json`` (written last, atomically). :meth:`latest` returns the newest
     checkpoint whose files exist and match their hashes, so a file cut short on disk is skipped
-    and the previous good checkpoint is used. The ``keep`` newest are kept.
+    and the previous good checkpoint is used. The ``keep`` newest are kept (None: every one).
+    Each entry's ``meta`` also records the machine's load when it was saved
+    (``load_average``: ``os.getloadavg()``, 1, 5 and 15 minutes; ``cpu_count``).
     """
 
     def __init__(self, folder, keep=2):
-        self.folder, self.keep = folder, _checks.check_positive_int('keep', keep)
+        self.folder = folder
+        self.keep = _checks.check_positive_int('keep', keep, allow_none=True)
         os.makedirs(folder, exist_ok=True)
         self.index_path = os.path.join(folder, 'checkpoints.json')
 
@@ -98,22 +110,30 @@ class CheckpointManager:
             os.replace(tmp, path)
             files[kind] = {'file': os.path.basename(path), 'sha256': _sha256(path)}
         index = [e for e in self._index() if e['step'] != step]
-        index.append({'step': step, 'files': files, 'meta': meta})
+        index.append({'step': step, 'files': files, 'meta': dict(meta, **_machine_load())})
         index.sort(key=lambda e: e['step'])
-        for old in index[:-self.keep]:
+        kept = index[-self.keep:] if self.keep else index
+        for old in index[:len(index) - len(kept)]:
             for info in old['files'].values():
                 try:
                     os.remove(os.path.join(self.folder, info['file']))
                 except OSError:
                     pass
-        atomic_write_json(self.index_path, index[-self.keep:])
+        atomic_write_json(self.index_path, kept)
+
+    def _intact(self, entry):
+        return all(os.path.exists(os.path.join(self.folder, i['file'])) and
+                   _sha256(os.path.join(self.folder, i['file'])) == i['sha256']
+                   for i in entry['files'].values())
+
+    def entries(self):
+        """Every listed checkpoint entry whose files are intact, oldest first."""
+        return [entry for entry in self._index() if self._intact(entry)]
 
     def latest(self):
         """The newest intact checkpoint entry (dict with step, files, meta) or None."""
         for entry in reversed(self._index()):
-            paths = [os.path.join(self.folder, i['file']) for i in entry['files'].values()]
-            if all(os.path.exists(p) and _sha256(p) == i['sha256']
-                   for p, i in zip(paths, entry['files'].values())):
+            if self._intact(entry):
                 return entry
             print('checkpoint of step {} in {} is missing or fails its sha256 check; trying an '
                   'older one'.format(entry['step'], self.folder), file=sys.stderr)
