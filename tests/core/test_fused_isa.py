@@ -18,7 +18,7 @@ import pytest
 
 import reference as ref
 from conftest import tol
-from gluon_attention.core import fused
+from gluon_attention.core import fused, fused_build
 from test_fused import lengths_for, make_inputs, oracle
 
 pytestmark = pytest.mark.skipif(not fused.available(),
@@ -128,13 +128,13 @@ def test_build_tracks_every_source_file(tmp_path, monkeypatch):
         (src / name).write_text('')
     lib = tmp_path / 'lib.so'
     lib.write_text('')
-    monkeypatch.setattr(fused, '_CSRC', src)
+    monkeypatch.setattr(fused_build, '_CSRC', src)
     os.utime(src / 'b.h', (0, 0))
     os.utime(src / 'a.cc', (0, 0))
-    assert fused._up_to_date(lib)
+    assert fused_build._up_to_date(lib)
     os.utime(src / 'b.h', None)
     os.utime(lib, (1, 1))
-    assert not fused._up_to_date(lib)
+    assert not fused_build._up_to_date(lib)
 
 
 @pytest.mark.skipif(not (shutil.which('nm') and shutil.which('g++')), reason='needs g++, nm')
@@ -151,5 +151,5 @@ def test_build_rejects_code_shared_between_instruction_sets(tmp_path):
         subprocess.run(['g++', '-c', '-O0', '-fPIC', str(src), '-o', str(src) + '.o'],
                        check=True)
     with pytest.raises(RuntimeError, match='shares code with the other instruction sets'):
-        fused._check_isa_object(str(shared) + '.o', 'ga_avx512')
-    fused._check_isa_object(str(own) + '.o', 'ga_avx512')
+        fused_build._check_isa_object(str(shared) + '.o', 'ga_avx512')
+    fused_build._check_isa_object(str(own) + '.o', 'ga_avx512')
