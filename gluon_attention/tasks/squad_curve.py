@@ -22,21 +22,22 @@ from .qa_folder import model_folder
 from .squad_config import TrainConfig
 from .squad_data import heldout_examples
 from .squad_eval import calibrate_threshold, contexts_of, eval_job, evaluate, infer
-from .squad_train import build_model
 from .training import CheckpointManager
 
 __all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'prepare_curve', 'score_checkpoint',
            'write_curve', 'read_curve', 'draw_curve', 'run_curve']
 
 #: The columns of ``curve.csv``: the step and training seconds of the checkpoint (seconds empty
-#: when unknown); null-odds AUC, F1 on the answerable questions, the F1 of the best threshold on
-#: the evaluation answers (oracle), the F1 at the threshold chosen on the held-out articles
-#: (``calibrated_f1``: what ``train`` would report) and that threshold, with its F1 on the
-#: held-out questions; the load averages (1, 5, 15 minutes) and cores of the machine when the
-#: checkpoint was saved. F1 in percent; empty cells where a value does not apply (SQuAD 1.1).
-CURVE_COLUMNS = ('step', 'train_seconds', 'null_odds_auc', 'HasAns_f1', 'best_f1',
-                 'calibrated_f1', 'threshold', 'heldout_f1', 'load_1m', 'load_5m', 'load_15m',
-                 'cpu_count')
+#: when unknown); null-odds AUC; F1 on the answerable questions at the held-out threshold
+#: (``HasAns_f1``, as ``metrics.json``) and when always answering (the spans alone); the F1 of
+#: the best threshold on the evaluation answers (oracle); the F1 at the threshold chosen on the
+#: held-out articles (``calibrated_f1``: what ``train`` reports as ``f1``) and that threshold,
+#: with its F1 on the held-out questions; the load averages (1, 5, 15 minutes) and cores of the
+#: machine when the checkpoint was saved. F1 in percent; empty cells where a value does not
+#: apply (SQuAD 1.1).
+CURVE_COLUMNS = ('step', 'train_seconds', 'null_odds_auc', 'HasAns_f1',
+                 'always_answer_HasAns_f1', 'best_f1', 'calibrated_f1', 'threshold',
+                 'heldout_f1', 'load_1m', 'load_5m', 'load_15m', 'cpu_count')
 PLOTS_EXTRA = 'pip install gluon_attention[plots]'
 _DIGITS = {'train_seconds': 1, 'null_odds_auc': 4, 'threshold': 4, 'load_1m': 2, 'load_5m': 2,
            'load_15m': 2}
@@ -98,10 +99,11 @@ def score_checkpoint(model, entry, job):
     metrics = evaluate(job['examples'], job['eval_features'], outputs, run, threshold)['metrics']
     meta = entry['meta']
     load = meta.get('load_average') or [None] * 3
+    answerable_f1 = None if run.version_2_with_negative else metrics['f1']
     return {'step': entry['step'], 'train_seconds': meta.get('train_seconds'),
             'null_odds_auc': metrics.get('null_odds_auc'),
-            'HasAns_f1': metrics.get('HasAns_f1', None if run.version_2_with_negative
-                                     else metrics['f1']),
+            'HasAns_f1': metrics.get('HasAns_f1', answerable_f1),
+            'always_answer_HasAns_f1': metrics.get('always_answer_HasAns_f1', answerable_f1),
             'best_f1': metrics.get('best_f1'), 'calibrated_f1': metrics['f1'],
             'threshold': threshold if math.isfinite(threshold) else None,
             'heldout_f1': calibration.get('heldout_f1'), 'load_1m': load[0],
@@ -137,6 +139,31 @@ def _series(rows, name):
     return [step for step, _ in points], [value for _, value in points]
 
 
+def _draw_scores(f1_axis, auc_axis, rows):
+    for name, label, style in (
+            ('always_answer_HasAns_f1', 'HasAns F1, always answering (the spans)', 'o-'),
+            ('best_f1', 'best F1 (oracle threshold)', 's-'),
+            ('calibrated_f1', 'F1 at the held-out threshold', 'x--')):
+        f1_axis.plot(*_series(rows, name), style, label=label)
+    f1_axis.set_ylabel('F1 (%)')
+    f1_axis.set_ylim(bottom=0)
+    steps, auc = _series(rows, 'null_odds_auc')
+    auc_axis.plot(steps, auc, 'o-', color='tab:purple', label='null-odds AUC')
+    auc_axis.axhline(0.5, color='gray', linestyle=':', label='chance')
+    auc_axis.set_ylim(min(auc + [0.45]) - 0.02, max(auc + [0.75]) + 0.02)
+    auc_axis.set_ylabel('AUC')
+
+
+def _draw_load(axis, rows):
+    axis.plot(*_series(rows, 'load_1m'), 'o-', color='tab:red',
+              label='load average (1 min) at the checkpoint')
+    cores = [row['cpu_count'] for row in rows if row.get('cpu_count')]
+    if cores:
+        axis.axhline(max(cores), color='gray', linestyle=':', label='cores')
+    axis.set_ylabel('load')
+    axis.set_ylim(bottom=0)
+
+
 def draw_curve(rows, path, title=''):
     """Draw the rows of ``curve.csv`` to the PNG file ``path`` (atomically): F1 (percent), the
     null-odds AUC and, where recorded, the 1-minute load average against the machine's cores,
@@ -153,21 +180,9 @@ def draw_curve(rows, path, title=''):
     panels = 3 if any(row.get('load_1m') is not None for row in rows) else 2
     figure = Figure(figsize=(7, 2.4 * panels + 0.6), layout='constrained')
     axes = figure.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
-    for name, label in (('HasAns_f1', 'HasAns F1'), ('best_f1', 'best F1 (oracle threshold)'),
-                        ('calibrated_f1', 'F1 at the held-out threshold')):
-        axes[0].plot(*_series(rows, name), marker='o', label=label)
-    axes[0].set_ylabel('F1 (%)')
-    axes[1].plot(*_series(rows, 'null_odds_auc'), marker='o', color='tab:purple',
-                 label='null-odds AUC')
-    axes[1].axhline(0.5, color='gray', linestyle=':', label='chance')
-    axes[1].set_ylabel('AUC')
+    _draw_scores(axes[0], axes[1], rows)
     if panels == 3:
-        axes[2].plot(*_series(rows, 'load_1m'), marker='o', color='tab:red',
-                     label='load average (1 min) at the checkpoint')
-        cores = [row['cpu_count'] for row in rows if row.get('cpu_count')]
-        if cores:
-            axes[2].axhline(max(cores), color='gray', linestyle=':', label='cores')
-        axes[2].set_ylabel('load')
+        _draw_load(axes[2], rows)
     for axis in axes:
         axis.grid(alpha=0.3)
         axis.legend(fontsize='small')
@@ -184,6 +199,8 @@ def draw_curve(rows, path, title=''):
 def run_curve(config, job):
     """Score every checkpoint, rewriting ``curve.csv`` after each; then draw ``curve.png``
     (with ``--plot``). Returns the exit status."""
+    # imported here: squad_train sits at the end of the job's longest import chain
+    from .squad_train import build_model  # pylint: disable=import-outside-toplevel
     run = job['run']
     model = build_model(run.model_dir, run, job['contexts'])
     path, rows = os.path.join(config.output_dir, 'curve.csv'), []

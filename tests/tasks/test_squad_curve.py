@@ -63,7 +63,8 @@ def test_last_row_reproduces_the_metrics_of_the_run(curve_run):
     assert last['step'] == metrics['train_steps']
     expected = {'threshold': metrics['null_threshold'], 'heldout_f1': metrics['heldout_f1'],
                 'calibrated_f1': metrics['f1'], 'HasAns_f1': metrics['HasAns_f1'],
-                'best_f1': metrics['best_f1'], 'null_odds_auc': metrics['null_odds_auc']}
+                'best_f1': metrics['best_f1'], 'null_odds_auc': metrics['null_odds_auc'],
+                'always_answer_HasAns_f1': metrics['always_answer_HasAns_f1']}
     assert {k: last[k] for k in expected} == pytest.approx(expected, abs=1e-3)
 
 
