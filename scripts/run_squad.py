@@ -3,13 +3,15 @@
 
 Commands (``train`` when none is given):
   train     fine-tune, save the model folder, evaluate, export and check the reload
-  evaluate  score a saved model folder on a SQuAD file with answers
-  predict   answer the questions of a SQuAD file, or one --question about one --context
+  evaluate  score a saved model folder on a SQuAD file with answers (-> <output-dir>/evaluate/)
+  predict   answer the questions of a SQuAD file (-> <output-dir>/predict/), or one --question
+            about one --context
   curve     score every kept checkpoint of a train run: curve.csv and curve.png (learning curve)
 
 Defaults are the `make demo` recipe (see docs/squad.md). A killed ``train`` resumes from its last
 checkpoint when rerun with the same --output-dir and options; other training options there are
-refused (use another --output-dir). ``<command> --help`` lists every option with its default.
+refused (use another --output-dir). evaluate and predict load <output-dir>/model unless
+--model-dir is given, and never write over the train run's own files in <output-dir>. ``<command> --help`` lists every option with its default.
 """
 import argparse
 import os

@@ -38,8 +38,11 @@ class QAOptions:
         None, 'the fine-tuned model folder to load, as train writes it (config.json, '
               'model.safetensors, qa_head.safetensors, qa_config.json, tokenizer files); None: '
               '<output-dir>/model')
-    output_dir: str = option('runs/squad', 'where the run writes run_config.json, metrics and '
-                             'predictions (train: also checkpoints/, model/ and export/)')
+    output_dir: str = option('runs/squad', 'the run folder: train writes run_config.json, '
+                             'metrics, predictions, checkpoints/, model/ and export/ there; '
+                             'evaluate and predict read <output-dir>/model (unless --model-dir) '
+                             'and write into <output-dir>/evaluate/ or <output-dir>/predict/, '
+                             "never over the train run's files")
     eval_batch_size: int = option(32, 'features per inference batch')
     n_best_size: int = option(20, 'distinct answer texts kept per question')
     max_answer_length: int = option(30, 'longest answer, in tokens')
@@ -71,7 +74,7 @@ class PredictConfig(QAOptions):
     """predict: answer the questions of a SQuAD-format file, or one question about one context."""
     predict_file: str = option('', 'SQuAD-format json whose questions to answer (answers, if '
                                'any, are ignored); writes predictions.json, null_odds.json and '
-                               'nbest_predictions.json to --output-dir')
+                               'nbest_predictions.json to <output-dir>/predict/')
     question: str = option('', 'one question (with --context): print its answer')
     context: str = option('', 'the paragraph that --question is about')
 

@@ -1,12 +1,16 @@
 """``run_squad.py evaluate`` and ``predict``: load a saved model folder, answer questions.
 
 ``evaluate`` scores the questions of a SQuAD file with answers and writes the predictions and
-``metrics.json``; ``predict`` answers the questions of a SQuAD-format file (answers not needed)
-or one ``--question`` about one ``--context``. The sequence lengths are those the folder was
-trained with (``qa_config.json``); the null threshold is the saved one unless
-``--null-score-diff-threshold`` gives a number. ``prepare_*`` fails (ValueError, OSError) before
-any work starts; ``run_*`` returns the exit status.
+``metrics.json`` to ``<output-dir>/evaluate/``; ``predict`` answers the questions of a
+SQuAD-format file (answers not needed), writing its three prediction files to
+``<output-dir>/predict/``, or one ``--question`` about one ``--context``. Neither ever replaces
+the result files of the train run in ``<output-dir>`` (:func:`results_folder`). The sequence
+lengths are those the folder was trained with (``qa_config.json``); the null threshold is the
+saved one unless ``--null-score-diff-threshold`` gives a number. ``prepare_*`` fails
+(ValueError, OSError) before any work starts; ``run_*`` returns the exit status.
 """
+import dataclasses
+import os
 import time
 
 from ..data import squad
@@ -17,7 +21,13 @@ from .squad_eval import (contexts_of, decode, eval_job, infer, null_threshold, s
                          write_predictions)
 from .squad_predict import best_answer, describe_answer, pair_example, read_questions
 
-__all__ = ['load_model', 'prepare_evaluate', 'run_evaluate', 'prepare_predict', 'run_predict']
+__all__ = ['results_folder', 'load_model', 'prepare_evaluate', 'run_evaluate', 'prepare_predict', 'run_predict']
+
+
+def results_folder(config, command):
+    """``<output-dir>/<command>``: where ``evaluate`` or ``predict`` writes (never the train run's
+    own ``metrics.json`` and prediction files in ``<output-dir>``)."""
+    return os.path.join(config.output_dir, command)
 
 
 def load_model(folder, contexts):
@@ -42,8 +52,10 @@ def run_evaluate(config, job):
     model = load_model(job['folder'], job['contexts'])
     start = time.time()
     outputs = infer(model, job['eval_features'], config, job['contexts'][0])[1]
+    config = dataclasses.replace(config, output_dir=results_folder(config, 'evaluate'))
     score_and_write(config, job, outputs, job['threshold'],
                     {'eval_seconds': round(time.time() - start, 1), 'model_dir': job['folder']})
+    print('metrics and predictions written to {}'.format(config.output_dir))
     return 0
 
 
@@ -68,10 +80,11 @@ def run_predict(config, job):
     threshold = job['threshold'][0]
     _, final, null_odds, nbest = decode(job['examples'], features, outputs, config, threshold)
     if config.predict_file:
-        write_predictions(config.output_dir, {'final_predictions': final,
-                                              'null_odds': null_odds, 'nbest': nbest})
+        folder = results_folder(config, 'predict')
+        write_predictions(folder, {'final_predictions': final, 'null_odds': null_odds,
+                                   'nbest': nbest})
         print('{} answers ({} with no answer) written to {} (threshold {:.4g}: {})'.format(
-            len(final), sum(not text for text in final.values()), config.output_dir,
+            len(final), sum(not text for text in final.values()), folder,
             threshold, job['threshold'][1]))
         return 0
     span = best_answer(features, outputs, config.max_answer_length)

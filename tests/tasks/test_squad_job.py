@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 
 import numpy as onp
 import pytest
@@ -71,8 +72,9 @@ def test_model_folder_reloads_in_fresh_process_with_identical_predictions(tiny, 
                       '--max-eval-examples', '12', '--threads', '1', '--no-progress')
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ('predictions.json', 'null_odds.json', 'nbest_predictions.json'):
-        assert read_json(tmp_path / name) == read_json(tiny['run'] / name), name
-    before, after = read_json(tiny['run'] / 'metrics.json'), read_json(tmp_path / 'metrics.json')
+        assert read_json(tmp_path / 'evaluate' / name) == read_json(tiny['run'] / name), name
+    before = read_json(tiny['run'] / 'metrics.json')
+    after = read_json(tmp_path / 'evaluate' / 'metrics.json')
     assert {k: v for k, v in after.items() if k not in TIMING_KEYS + ('model_dir',)} == \
         {k: before[k] for k in after if k not in TIMING_KEYS + ('model_dir',)}
 
@@ -86,11 +88,11 @@ def test_predict_file_without_answers_and_one_question(tiny, tmp_path, capsys):
     common = ['--model-dir', str(tiny['run'] / 'model'), '--threads', '1', '--no-progress']
     assert run_squad.main(['predict', '--predict-file', str(tmp_path / 'questions.json'),
                            '--output-dir', str(tmp_path / 'out')] + common) == 0
-    predictions, evaluated = read_json(tmp_path / 'out' / 'predictions.json'), read_json(
-        tiny['run'] / 'predictions.json')
+    predictions, evaluated = read_json(tmp_path / 'out' / 'predict' / 'predictions.json'), \
+        read_json(tiny['run'] / 'predictions.json')
     assert set(predictions) == {qa['id'] for qa in paragraph['qas']}
     assert {k: evaluated[k] for k in predictions} == predictions      # the same 9 questions
-    assert set(read_json(tmp_path / 'out' / 'null_odds.json')) == set(predictions)
+    assert set(read_json(tmp_path / 'out' / 'predict' / 'null_odds.json')) == set(predictions)
     question, context = paragraph['qas'][0]['question'], paragraph['context']
     lines = {}
     for threshold in ('1000000', '-1000000'):
@@ -105,6 +107,25 @@ def test_predict_file_without_answers_and_one_question(tiny, tmp_path, capsys):
     assert 0 <= start < end <= len(context)
     assert answer.startswith('answer: {!r} (characters {}-{}'.format(context[start:end], start,
                                                                     end))
+
+
+def test_evaluate_and_predict_with_default_folders_leave_the_train_run_files_unchanged(
+        tiny, tmp_path, monkeypatch):
+    run = tmp_path / 'runs' / 'squad'                  # the default --output-dir
+    shutil.copytree(tiny['run'], run, ignore=shutil.ignore_patterns('checkpoints', 'export'))
+    files = ('metrics.json', 'predictions.json', 'null_odds.json', 'nbest_predictions.json',
+             'run_config.json')
+    before = {name: (run / name).read_bytes() for name in files}
+    (tmp_path / 'questions.json').write_text(json.dumps({'data': [{'paragraphs': [{
+        'context': 'The Normans came from Normandy.',
+        'qas': [{'id': 'q1', 'question': 'Where did the Normans come from?'}]}]}]}))
+    monkeypatch.chdir(tmp_path)
+    common = ['--threads', '1', '--no-progress']
+    assert run_squad.main(['evaluate', '--max-eval-examples', '4'] + common) == 0
+    assert run_squad.main(['predict', '--predict-file', 'questions.json'] + common) == 0
+    assert {name: (run / name).read_bytes() for name in files} == before
+    assert read_json(run / 'evaluate' / 'metrics.json')['total'] == 4
+    assert list(read_json(run / 'predict' / 'predictions.json')) == ['q1']
 
 
 def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny):
