@@ -207,6 +207,9 @@ def check_config(config):
     for name, value in each(_DROPOUTS):
         if not 0 <= value < 1:
             fail('--{} must lie in [0, 1)'.format(_flag(name)), **{name: value})
+    if isinstance(config, TrainConfig) and config.max_steps == 0 and config.epochs <= 0:
+        fail('--epochs must be > 0 when --max-steps is 0', epochs=config.epochs,
+             max_steps=config.max_steps)
     if isinstance(config, QAOptions):
         threshold_override(config)
     if isinstance(config, PredictConfig) and bool(config.predict_file) == bool(

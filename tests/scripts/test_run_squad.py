@@ -109,6 +109,8 @@ def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
     (['--eval-max-seq-length', '600'],
      r"--eval-max-seq-length must be at most the model's max_position_embeddings=512"),
     (['--threshold-titles', 'No_such_article'], r"No_such_article"),
+    (['--max-steps', '0', '--epochs', '0'],
+     r'--epochs must be > 0 when --max-steps is 0\. Received: epochs=0\.0, max_steps=0'),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
     """Before any work: SystemExit with one line naming the argument and what was received
