@@ -16,7 +16,7 @@ import numpy as onp
 
 from .. import _checks
 
-__all__ = ['CTX_FORMS', 'parse_ctx', 'set_threads', 'seed_step', 'atomic_path',
+__all__ = ['CTX_FORMS', 'parse_ctx', 'parse_devices', 'set_threads', 'seed_step', 'atomic_path',
            'atomic_write_json']
 
 #: The accepted ``--ctx`` forms (comma-separated, no repeats).
@@ -55,6 +55,23 @@ def parse_ctx(text):
         contexts.append(mx.Context(match.group(1), int(match.group(2) or 0)))
     if len(set(contexts)) != len(contexts):
         _checks.fail('ctx must be ' + CTX_FORMS + '; a context is repeated', ctx=text)
+    return contexts
+
+
+def parse_devices(text):
+    """:func:`parse_ctx`, then check that every GPU named exists: the devices of ``--ctx``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`parse_ctx`, or when a ``gpu(N)`` has N >= the GPUs this MXNet sees (0 on a
+        CPU-only build): ``--ctx names a GPU but this MXNet sees 0 GPU(s). Received: ctx=...``.
+    """
+    contexts = parse_ctx(text)
+    gpus = [c.device_id for c in contexts if c.device_type == 'gpu']
+    if gpus and max(gpus) >= mx.context.num_gpus():
+        _checks.fail('--ctx names a GPU but this MXNet sees {} GPU(s)'.format(
+            mx.context.num_gpus()), ctx=text)
     return contexts
 
 

@@ -19,7 +19,7 @@ from .. import _checks
 from ..data import glove as glove_io
 from ..data import snli
 from ..models.nli import DecomposableAttention
-from .common import atomic_path, atomic_write_json, parse_ctx, seed_step
+from .common import atomic_path, atomic_write_json, parse_devices, seed_step
 from .config import write_run_config
 from .export import export_and_check
 from .nli_config import RUN_OPTIONS, check_config
@@ -207,7 +207,7 @@ def train(config, data=None):
         other options.
     """
     check_config(config)
-    ctx = parse_ctx(config.ctx)
+    ctx = parse_devices(config.ctx)
     start = time.time()
     train_pairs, valid_pairs, removed = data or load_data(config)
     print('train: {} pairs ({} removed: also in the validation files); valid: {} pairs ({} "-" '
@@ -273,7 +273,7 @@ def evaluate(config, path, output=''):
     ``<output_dir>/eval_metrics.json``) and returns them. Raises ValueError for a missing model or
     a malformed data file.
     """
-    ctx = parse_ctx(config.ctx)[0]
+    ctx = parse_devices(config.ctx)[0]
     model, vocab, model_config = load_model(config.output_dir, ctx)
     pairs = snli.read_snli(path)
     encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
@@ -292,7 +292,7 @@ def evaluate(config, path, output=''):
 @mx.util.use_np
 def predict(config, premise, hypothesis):
     """Class probabilities ``{label: p}`` (summing to 1) of one sentence pair; prints the label."""
-    ctx = parse_ctx(config.ctx)[0]
+    ctx = parse_devices(config.ctx)[0]
     model, vocab, model_config = load_model(config.output_dir, ctx)
     pairs = snli.NLIPairs([premise], [hypothesis], [0])
     encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])

@@ -7,7 +7,7 @@ other options are all equal.
 import dataclasses
 
 from .. import _checks
-from .common import parse_ctx
+from .common import parse_devices
 from .config import option
 from .launch import KVSTORES
 
@@ -64,5 +64,5 @@ def check_config(config):
     _checks.check_positive_real('lr', config.lr)
     if config.weight_decay < 0:
         _checks.fail('weight_decay must be 0 or more', weight_decay=config.weight_decay)
-    parse_ctx(config.ctx)
+    parse_devices(config.ctx)   # the grammar, and every GPU named exists
     return config

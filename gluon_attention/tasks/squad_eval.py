@@ -16,7 +16,7 @@ from tqdm import tqdm
 from .._checks import fail
 from ..data import squad
 from ..models.qa import QAInference
-from .common import atomic_write_json, parse_ctx
+from .common import atomic_write_json, parse_devices
 from .export import export_and_check
 from .squad_config import threshold_override
 from .squad_data import INPUT_DTYPES, INPUT_NAMES, eval_features, load_eval_examples
@@ -36,12 +36,7 @@ ONNX_EXTRA = 'pip install gluon_attention[onnx]'
 
 def contexts_of(config):
     """The devices of ``--ctx``; ValueError when one names a GPU this MXNet does not see."""
-    contexts = parse_ctx(config.ctx)
-    gpus = [c.device_id for c in contexts if c.device_type == 'gpu']
-    if gpus and max(gpus) >= mx.context.num_gpus():
-        fail('--ctx names a GPU but this MXNet sees {} GPU(s)'.format(mx.context.num_gpus()),
-             ctx=config.ctx)
-    return contexts
+    return parse_devices(config.ctx)
 
 
 def null_threshold(config, saved, version_2):

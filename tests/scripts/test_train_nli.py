@@ -75,6 +75,20 @@ def test_ctx_outside_the_grammar_is_refused_naming_the_accepted_forms(script, ca
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.parametrize('mode', [[], ['--predict', 'A man sleeps.', 'A person rests.']])
+def test_ctx_naming_an_absent_gpu_is_a_one_line_error_before_anything_is_written(
+        script, capsys, tmp_path, mode):
+    import mxnet as mx
+    ctx = 'gpu({})'.format(mx.context.num_gpus())          # one past the last GPU there is
+    with pytest.raises(SystemExit) as info:
+        script.main(['--ctx', ctx, '--output-dir', str(tmp_path / 'out')] + mode)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and err[-1].endswith(
+        "--ctx names a GPU but this MXNet sees {} GPU(s). Received: ctx='{}'".format(
+            mx.context.num_gpus(), ctx)), err
+    assert not (tmp_path / 'out').exists()
+
+
 def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script, tmp_path):
     out = tmp_path / 'run'
     metrics = script.main(TINY + ['--output-dir', str(out), '--glove', 'sample'])
