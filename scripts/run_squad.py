@@ -82,7 +82,8 @@ def main(argv=None):
     try:            # what the command line names must exist before any work starts
         prepared = prepare(config)
     except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file
-        raise SystemExit('run_squad.py: error: {}'.format(err)) from None
+        print('run_squad.py: error: {}'.format(err), file=sys.stderr)   # status 2 as the parser
+        raise SystemExit(2) from None
     return run(config, prepared)
 
 

@@ -151,7 +151,7 @@ def eval_stride(max_seq_length, max_query_length):
 
 def load_eval_examples(config):
     """The evaluation questions of ``config.eval_file`` (the first ``max_eval_examples``); with
-    ``version_2_with_negative`` 0, its answerable questions only."""
+    ``version_2_with_negative`` 0, its answerable questions only (ValueError when none)."""
     examples = squad.read_squad(data_path(config.eval_file))
     if not config.version_2_with_negative:
         answerable = [e for e in examples if e.answers]
@@ -159,6 +159,10 @@ def load_eval_examples(config):
             print('note: --version-2-with-negative 0 leaves the {} impossible questions of {} out '
                   'of evaluation'.format(len(examples) - len(answerable), config.eval_file))
         examples = answerable
+    if not examples:
+        fail('--eval-file must hold at least one question{}'.format(
+            '' if config.version_2_with_negative else ' with an answer (--version-2-with-negative '
+            '0)'), eval_file=config.eval_file)
     if config.max_eval_examples:
         examples = examples[:config.max_eval_examples]
     return examples

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import time
 
+from .._checks import fail
 from ..data import squad
 from ..models.encoder import BertEncoder
 from .qa_folder import load_qa_model, model_folder, read_qa_config
@@ -66,6 +67,8 @@ def prepare_predict(config):
     threshold = null_threshold(config, model_config, model_config['version_2_with_negative'])
     examples = read_questions(config.predict_file) if config.predict_file else [
         pair_example(config.question, config.context)]
+    if not examples:
+        fail('--predict-file must hold at least one question', predict_file=config.predict_file)
     features = eval_features(examples, squad.load_tokenizer(folder),
                              model_config['eval_max_seq_length'], model_config['max_query_length'])
     return {'contexts': contexts, 'folder': folder, 'threshold': threshold,

@@ -128,13 +128,29 @@ def test_evaluate_and_predict_with_default_folders_leave_the_train_run_files_unc
     assert list(read_json(run / 'predict' / 'predictions.json')) == ['q1']
 
 
-def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny):
+def test_eval_or_predict_file_without_questions_is_a_one_line_error(tiny, tmp_path, capsys):
+    empty = tmp_path / 'empty.json'
+    empty.write_text('{"data": []}')
+    common = ['--model-dir', str(tiny['run'] / 'model'), '--output-dir', str(tmp_path / 'out'),
+              '--threads', '1', '--no-progress']
+    for command, flag in (('evaluate', '--eval-file'), ('predict', '--predict-file')):
+        with pytest.raises(SystemExit) as exit_info:
+            run_squad.main([command, flag, str(empty)] + common)
+        error = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(error) == 1, error
+        assert error[0] == ('run_squad.py: error: {} must hold at least one question. Received: '
+                            '{}={!r}'.format(flag, flag[2:].replace('-', '_'), str(empty)))
+    assert not (tmp_path / 'out').exists()
+
+
+def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny, capsys):
     folder = tiny['run'] / 'checkpoints'
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     with pytest.raises(SystemExit) as exit_info:
         run_squad.main(['train', '--output-dir', str(tiny['run'])] + tiny['args']
                        + ['--lr', '0.001', '--grad-accum-steps', '2'])
-    message = str(exit_info.value.code)
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and message.startswith('run_squad.py: error: ')
     assert '--lr: 0.0002 there, 0.001 now' in message
     assert ('features per step (--batch-size x --grad-accum-steps x workers): 4 there, 8 now'
             in message and '--seed' not in message)
