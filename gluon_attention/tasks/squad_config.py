@@ -93,7 +93,8 @@ class TrainConfig(EvaluateConfig):
                                     'v1.1-24articles)')
     extra_train_file: str = recipe_option('v1.1-24articles', "more training data ('' for none)")
     exclude_titles: str = recipe_option(EVAL_TITLES, 'comma-separated article titles left out '
-                                        'of training (the evaluation articles)')
+                                        'of training (the evaluation articles); each must be in '
+                                        "a training file ('': none)")
     threshold_titles: str = recipe_option(
         THRESHOLD_TITLES, "comma-separated articles of --train-file held out of training (from "
                           "both training files): the null threshold is the one with the best F1 "

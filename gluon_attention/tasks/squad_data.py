@@ -86,17 +86,18 @@ def select_training(features, examples, config):
 
 def training_examples(config):
     """The training questions: both files minus the excluded and the held-out articles, each
-    question once."""
-    exclude = titles(config.exclude_titles)
-    train = squad.read_squad(data_path(config.train_file))       # read once: titles and examples
-    absent = set(exclude) - {e.title for e in train}
-    exclude += titles(config.threshold_titles)       # held out of both files, for the threshold
-    examples = [e for e in train if e.title not in set(exclude)]
+    question once. ValueError when an ``--exclude-titles`` title is in neither training file (a
+    misspelt title would otherwise train on the evaluation articles)."""
+    read = squad.read_squad(data_path(config.train_file))        # read once: titles and examples
     if config.extra_train_file:
-        examples += squad.read_squad(data_path(config.extra_train_file), exclude_titles=exclude)
+        read += squad.read_squad(data_path(config.extra_train_file))
+    absent = set(titles(config.exclude_titles)) - {e.title for e in read}
     if absent:
-        print('note: --exclude-titles names articles not in --train-file: {}'.format(
-            ', '.join(sorted(absent))))
+        fail('--exclude-titles: expected every requested title in the training files '
+             '(--train-file, --extra-train-file)', missing=sorted(absent))
+    # the held-out articles are left out of both files too, for the threshold
+    exclude = set(titles(config.exclude_titles) + titles(config.threshold_titles))
+    examples = [e for e in read if e.title not in exclude]
     if not config.version_2_with_negative:
         examples = [e for e in examples if not e.is_impossible]
     unique = {}

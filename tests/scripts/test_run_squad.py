@@ -109,6 +109,9 @@ def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
     (['--eval-max-seq-length', '600'],
      r"--eval-max-seq-length must be at most the model's max_position_embeddings=512"),
     (['--threshold-titles', 'No_such_article'], r"No_such_article"),
+    (['--exclude-titles', 'Normans,Computational_complexity_thoery'],
+     r"--exclude-titles: expected every requested title in the training files .*Received: "
+     r"missing=\['Computational_complexity_thoery'\]"),
     (['--max-steps', '0', '--epochs', '0'],
      r'--epochs must be > 0 when --max-steps is 0\. Received: epochs=0\.0, max_steps=0'),
 ])

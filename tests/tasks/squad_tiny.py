@@ -49,7 +49,8 @@ def make_train_file(path, paragraphs=3):
 def tiny_args(model_dir, train_file):
     """train options for a run of a few seconds on the tiny encoder."""
     return ['--model-dir', str(model_dir), '--train-file', str(train_file),
-            '--extra-train-file', '', '--threshold-titles', 'Huguenot', '--max-steps', '3',
+            '--extra-train-file', '', '--exclude-titles', '', '--threshold-titles', 'Huguenot',
+            '--max-steps', '3',
             '--checkpoint-every', '2', '--batch-size', '4', '--max-eval-examples', '12',
             '--max-seq-length', '64', '--eval-max-seq-length', '96', '--doc-stride', '24',
             '--max-query-length', '16', '--threads', '1', '--no-progress', '--seed', '5']

@@ -32,7 +32,8 @@ def _trained_params(config, features):
 def test_gradient_accumulation_matches_one_bigger_batch(tmp_path):
     model_dir = make_tiny_bert(tmp_path / 'bert')
     base = TrainConfig(model_dir=model_dir, train_file=make_train_file(tmp_path / 'train.json'),
-                       extra_train_file='', threshold_titles='Huguenot', max_seq_length=64,
+                       extra_train_file='', exclude_titles='', threshold_titles='Huguenot',
+                       max_seq_length=64,
                        doc_stride=24, max_query_length=16, max_steps=2, dropout=0.0,
                        classifier_dropout=0.0, progress=False, lr=1e-3, max_train_features=24)
     features = load_training_features(base, squad.load_tokenizer(model_dir))[0]
