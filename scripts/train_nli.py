@@ -44,6 +44,19 @@ def build_parser():
     return parser
 
 
+def _check_modes(args):
+    """At most one of --evaluate, --predict, --plot-attention; --predict sentences non-empty."""
+    from gluon_attention._checks import fail
+    modes = {'evaluate': args.evaluate, 'predict': args.predict,
+             'plot_attention': args.plot_attention}
+    given = {name: value for name, value in modes.items() if value}
+    if len(given) > 1:
+        fail('give at most one of --evaluate, --predict, --plot-attention', **given)
+    if args.predict and not all(text.strip() for text in args.predict):
+        fail('--predict needs a non-empty premise and hypothesis', premise=args.predict[0],
+             hypothesis=args.predict[1])
+
+
 def main(argv=None):
     """Run the mode the command line names; returns what the library function returns."""
     import mxnet as mx
@@ -55,6 +68,7 @@ def main(argv=None):
     config = from_args(NLIConfig, args)
     try:
         check_config(config)
+        _check_modes(args)
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     mx.npx.set_np()
@@ -66,10 +80,10 @@ def main(argv=None):
         if args.plot_attention:
             return nli.plot_attention(config, args.plot_attention)
         data = nli.load_data(config)
-        nli.check_resume(config)
+        entry = nli.check_resume(config)
     except (ValueError, OSError, ImportError) as err:
         raise SystemExit('train_nli.py: error: {}'.format(err)) from None
-    return nli.train(config, data)
+    return nli.train(config, data, entry)
 
 
 if __name__ == '__main__':

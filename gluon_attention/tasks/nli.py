@@ -71,8 +71,10 @@ def check_resume(config):
     saved, wanted = entry['meta']['recipe'], _recipe(config)
     changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
     if changed:
-        _checks.fail('{} holds the checkpoints of a run with other options; rerun with them or '
-                     'use another --output-dir'.format(folder), options=changed)
+        differ = '; '.join('--{}: {!r} there, {!r} now'.format(
+            k.replace('_', '-'), saved.get(k), wanted.get(k)) for k in changed)
+        _checks.fail('{} holds the checkpoints of a run with other options ({}); rerun with them '
+                     'or use another --output-dir'.format(folder, differ), options=changed)
     check_engine_state(manager, entry)
     return entry
 
@@ -178,8 +180,11 @@ def _fit(config, ctx, encoded, valid_encoded, model, entry):
     return state['history'], engine.is_chief
 
 
+_UNCHECKED = object()
+
+
 @mx.util.use_np
-def train(config, data=None):
+def train(config, data=None, entry=_UNCHECKED):
     """Train on SNLI, keep the best epoch, export it, check the reload and write the metrics.
 
     Parameters
@@ -188,6 +193,9 @@ def train(config, data=None):
         Checked with :func:`~gluon_attention.tasks.nli_config.check_config`.
     data : tuple, optional
         What :func:`load_data` returns for ``config`` (read here when None).
+    entry : dict or None, optional
+        What :func:`check_resume` returned for ``config``, when the caller already called it
+        (so that a damaged checkpoint is reported once); called here when not given.
 
     Returns
     -------
@@ -215,7 +223,8 @@ def train(config, data=None):
     vocab = snli.Vocab.from_pairs(train_pairs, min_count=config.min_count)
     encoded = snli.encode_pairs(train_pairs, vocab, config.max_length)
     valid_encoded = snli.encode_pairs(valid_pairs, vocab, config.max_length)
-    entry = check_resume(config)                         # before anything is written
+    if entry is _UNCHECKED:                              # before anything is written
+        entry = check_resume(config)
     write_run_config(config.output_dir, config)
     save_model_config(config, vocab, int(onp.bincount(encoded[2], minlength=3).argmax()))
     seed_step(config.seed, 0)                            # the initial weights

@@ -89,6 +89,23 @@ def test_ctx_naming_an_absent_gpu_is_a_one_line_error_before_anything_is_written
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.parametrize('extra, message', [
+    (['--evaluate', 'x.jsonl', '--predict', 'a', 'b'],
+     "give at most one of --evaluate, --predict, --plot-attention. Received: evaluate='x.jsonl', "
+     "predict=['a', 'b']"),
+    (['--predict', '', 'A person rests.'], "--predict needs a non-empty premise and hypothesis. "
+                                           "Received: premise='', hypothesis='A person rests.'"),
+    (['--predict', 'A man sleeps.', '  '], "--predict needs a non-empty premise and hypothesis"),
+])
+def test_conflicting_modes_and_empty_predict_sentences_are_one_line_errors(
+        script, capsys, tmp_path, extra, message):
+    with pytest.raises(SystemExit) as info:
+        script.main(['--output-dir', str(tmp_path / 'out')] + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and message in err[-1], err
+    assert not (tmp_path / 'out').exists()
+
+
 def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script, tmp_path):
     out = tmp_path / 'run'
     metrics = script.main(TINY + ['--output-dir', str(out), '--glove', 'sample'])
@@ -148,10 +165,21 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
     assert _without_run_specifics(resumed) == _without_run_specifics(straight)
 
     before = {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir() if p.is_file()}
-    with pytest.raises(SystemExit, match=r'other options.*Received: options=\[.lr.\]'):
+    with pytest.raises(SystemExit, match=r'other options \(--lr: 0\.001 there, 0\.01 now\).*'
+                                         r'Received: options=\[.lr.\]'):
         script.main(args + ['--output-dir', str(tmp_path / 'killed'), '--lr', '0.01'])
     assert {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir()
             if p.is_file()} == before
+    # a damaged newest checkpoint is reported once; the run resumes from the older one
+    folder = tmp_path / 'killed' / 'checkpoints'
+    newest = json.loads((folder / 'checkpoints.json').read_text())[-1]
+    (folder / newest['files']['params']['file']).write_bytes(b'damaged')
+    capsys.readouterr()
+    again = script.main(args + ['--output-dir', str(tmp_path / 'killed')])
+    out, err = capsys.readouterr()
+    assert err.count('checkpoint of step {} in'.format(newest['step'])) == 1, err
+    assert 'fails its sha256 check' in err and 'resuming after epoch 1 (step 3)' in out
+    assert _without_run_specifics(again) == _without_run_specifics(straight)
 
 
 def test_plot_without_matplotlib_says_how_to_install_it(script, tmp_path, monkeypatch):
