@@ -10,6 +10,8 @@ takes its slice, splits it into ``--grad-accum-steps`` forward passes and each p
 ``--ctx`` devices.
 """
 import collections
+import contextlib
+import io
 import os
 import time
 
@@ -96,7 +98,8 @@ def check_resumable(config):
     workers = check_kvstore(config.kvstore)
     folder = os.path.join(config.output_dir, 'checkpoints')
     manager = CheckpointManager(folder) if os.path.isdir(folder) else None
-    entry = manager.latest() if manager else None
+    with contextlib.redirect_stderr(io.StringIO()):    # train() reports a damaged checkpoint
+        entry = manager.latest() if manager else None
     if entry is None:
         return
     before = entry['meta'].get('recipe')

@@ -157,6 +157,20 @@ def test_rerun_with_other_options_is_refused_and_checkpoints_kept(tiny, capsys):
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+def test_damaged_newest_checkpoint_is_reported_once_and_the_older_one_resumed(
+        tiny, tmp_path, capsys):
+    run = tmp_path / 'run'
+    shutil.copytree(tiny['run'], run)
+    newest = read_json(run / 'checkpoints' / 'checkpoints.json')[-1]
+    (run / 'checkpoints' / newest['files']['params']['file']).write_bytes(b'damaged')
+    capsys.readouterr()
+    assert run_squad.main(['train', '--output-dir', str(run), '--skip-export']
+                          + tiny['args']) == 0
+    out, err = capsys.readouterr()
+    assert err.count('checkpoint of step {} in'.format(newest['step'])) == 1, err
+    assert 'fails its sha256 check' in err and 'resuming from step 2 of 3' in out
+
+
 def test_version_1_reports_squad_1_keys_and_never_predicts_empty(tiny, tmp_path):
     assert run_squad.main(['train', '--output-dir', str(tmp_path), '--version-2-with-negative',
                            '0', '--skip-export'] + tiny['args']) == 0
