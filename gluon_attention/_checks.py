@@ -29,7 +29,7 @@ __all__ = ['fail', 'fail_type', 'is_symbol', 'entry', 'validated_by', 'check_cho
            'check_positive_int', 'check_probability', 'check_bool', 'check_rank',
            'check_same_dim', 'check_mask', 'check_valid_length', 'check_index_range',
            'check_float_tensor', 'check_axis', 'check_positive_real', 'check_not_empty',
-           'check_memory_lengths']
+           'check_memory_lengths', 'check_token_ids', 'check_same_float_dtype']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
@@ -249,3 +249,34 @@ def check_index_range(num_elements, what='the attention scores'):
         fail('{} would have {} elements, more than the {} that MXNet 1.9.1 kernels can index; '
              'memory is O(B*K*L_q*L_m): split the batch or use chunked attention'.format(
                  what, num_elements, MAX_ELEMENTS), num_elements=num_elements)
+
+
+def check_token_ids(name, ids, size, allow_float=False):
+    """Imperatively check token ids in [0, size): an integer array (or, with ``allow_float``, a
+    float array of integral values). An Embedding would clip or truncate bad ids silently."""
+    if not isinstance(ids, mx.nd.NDArray):
+        fail_type('{} must be an mxnet array of token ids'.format(name), **{name: type(ids).__name__})
+    values = ids.asnumpy()
+    if values.dtype.kind == 'f' and allow_float:
+        if not onp.all(onp.isfinite(values) & (values == onp.round(values))):
+            bad = values[~(onp.isfinite(values) & (values == onp.round(values)))].ravel()[0]
+            fail('{} must hold whole numbers (a float array of ids must have integral values)'
+                 .format(name), **{'a value of ' + name: float(bad)})
+    elif values.dtype.kind not in 'iu':
+        fail_type('{} must be an integer array (int32)'.format(name),
+                  **{name + '.dtype': str(values.dtype)})
+    if values.size and not 0 <= values.min() <= values.max() < size:
+        fail('{}: token ids must lie in [0, {})'.format(name, size),
+             **{'(min, max) of ' + name: (int(values.min()), int(values.max()))})
+
+
+def check_same_float_dtype(**named):
+    """The given ``name=array`` (None skipped) must be ``mx.np`` float arrays of one dtype
+    (MXNet would fail with 'Incompatible attr' or silently mix precisions)."""
+    present = {n: x for n, x in named.items() if x is not None and not is_symbol(x)}
+    for name, x in present.items():
+        check_float_tensor(name, x)
+    dtypes = {n: onp.dtype(x.dtype).name for n, x in present.items()}
+    if len(set(dtypes.values())) > 1:
+        fail_type('{} must share one float dtype'.format(', '.join(present)),
+                  **{n + '.dtype': d for n, d in dtypes.items()})

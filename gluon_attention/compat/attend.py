@@ -21,10 +21,14 @@ from ..core.softmax import masked_softmax
 __all__ = ['attend', 'mask3d', 'fill_context_mask', 'dot']
 
 
-def _check_sizes(sizes, name='sizes', batch_size=None):
+def _check_sizes(sizes, name='sizes', batch_size=None, upper=None):
+    """A list of ints, one per batch item, each >= 0 (and <= ``upper`` when given)."""
     if not isinstance(sizes, (list, tuple)) or not all(
-            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in sizes):
-        _checks.fail_type('{} must be a list of non-negative ints'.format(name), **{name: sizes})
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in sizes):
+        _checks.fail_type('{} must be a list of ints'.format(name), **{name: sizes})
+    if any(s < 0 or (upper is not None and s > upper) for s in sizes):
+        _checks.fail('{} must lie in [0, {}]'.format(name, 'N' if upper is None else upper),
+                     **{name: sizes})
     if batch_size is not None and len(sizes) != batch_size:
         _checks.fail('{} must hold one size per batch item ({})'.format(name, batch_size),
                      **{name: sizes})
@@ -123,7 +127,8 @@ def _check_attend(query, context, value, normalize, context_sizes, **_):
                         'value.shape': value.shape})
     _checks.check_choice('normalize', normalize, ('softmax', 'sigmoid', 'identity'))
     if context_sizes is not None:
-        _check_sizes(context_sizes, 'context_sizes', batch_size=query.shape[0])
+        _check_sizes(context_sizes, 'context_sizes', batch_size=query.shape[0],
+                     upper=context.shape[1])
 
 
 @_checks.validated_by(_check_attend)
@@ -142,7 +147,7 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
         ``'dot'`` needs D1 == D2; a callable maps (query, context) to (B, M, N) scores.
     normalize : {'softmax', 'sigmoid', 'identity'}
     context_sizes : list of int or None
-        Context size per item; later positions get weight 0.
+        Context size per item, in [0, N]; later positions get weight 0.
     context_mask : mx.np.ndarray (B, M, N) or None
         Additive ({-inf, 0}) for softmax, multiplicative ({0, 1}) for sigmoid/identity. Takes
         precedence over ``context_sizes``.
@@ -155,7 +160,10 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
     Raises
     ------
     ValueError
-        Batch sizes differ, an unknown score or normalize name, or D1 != D2 with ``'dot'``.
+        Batch sizes differ, an unknown score or normalize name, D1 != D2 with ``'dot'``, or
+        ``context_sizes`` of another length than B or with a size outside [0, N].
+    TypeError
+        ``context_sizes`` not a list of ints.
     """
     value = context if value is None else value
     scores = _scores(score, query, context)                                    # (B, M, N)

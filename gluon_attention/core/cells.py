@@ -47,7 +47,7 @@ def _check_qkv(query, key, value, valid_length, scores_need_same_size=True, num_
     (B, K, L_q, L_m) scores of ``num_heads`` heads must be addressable by 32-bit indices."""
     for name, x in (('query', query), ('key', key), ('value', value)):
         _checks.check_rank(name, x, (3,))
-        _checks.check_float_tensor(name, x)
+    _checks.check_same_float_dtype(query=query, key=key, value=value)
     _checks.check_same_dim('query, key and value batch sizes', query=(query, 0), key=(key, 0),
                            value=(value, 0))
     _checks.check_same_dim('key and value lengths', key=(key, 1), value=(value, 1))

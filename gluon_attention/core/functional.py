@@ -48,10 +48,34 @@ def zero_unattended(value, mask, layout='NT'):
     return F.reshape_like(kept, value.as_nd_ndarray()).as_np_ndarray()
 
 
+def _check_l2(data, axis, eps, **_):
+    if not _checks.is_symbol(data):
+        _checks.check_float_tensor('data', data)
+        _checks.check_axis('axis', axis, data.ndim)
+    _checks.check_positive_real('eps', eps)
+
+
+@_checks.validated_by(_check_l2)
 def l2_normalize(data, axis=-1, eps=1e-6):
     """``data / (||data||_2 + eps)`` along ``axis`` (eps is added to the norm, so 0 maps to 0).
 
-    Shapes and dtype are kept.
+    Parameters
+    ----------
+    data : float16/32/64 mx.np array, any shape
+    axis : int
+    eps : float > 0
+        Added to the norm; it must be positive so that a zero vector maps to 0, not NaN.
+
+    Returns
+    -------
+    out : array of ``data``'s shape and dtype.
+
+    Raises
+    ------
+    TypeError
+        ``data`` not a float mx.np array, or ``axis`` not an integer.
+    ValueError
+        ``axis`` out of range, or ``eps`` not a finite number > 0.
     """
     F = get_F(data)
     norm = F.np.sqrt(F.np.sum(data * data, axis=axis, keepdims=True))
@@ -68,6 +92,7 @@ def inverse_sqrt_units(x):
 def _check_dot_scores(query, key, layout, **_):
     if _checks.is_symbol(query) or layout not in ('NT', 'TN'):
         return
+    _checks.check_same_float_dtype(query=query, key=key)
     if layout == 'TN':
         _checks.check_rank('query', query, (3,))
     batch = (query.shape[1:-1], key.shape[1:-1]) if layout == 'TN' else (
@@ -96,6 +121,13 @@ def dot_attn_score(query, key, scaled=True, normalized=False, eps=1e-6, layout='
     Returns
     -------
     scores : (B_0, ..., B_n, L_q, L_m) for ``'NT'``, (B, L_q, L_m) for ``'TN'``.
+
+    Raises
+    ------
+    TypeError
+        ``query`` and ``key`` not float mx.np arrays of one dtype.
+    ValueError
+        Unknown layout, or batch dimensions or C that differ.
     """
     _checks.check_choice('layout', layout, ('NT', 'TN'))
     F = get_F(query)
@@ -158,6 +190,8 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
 
     Raises
     ------
+    TypeError
+        ``query``, ``key``, ``value`` and ``edge_scores`` not float mx.np arrays of one dtype.
     ValueError
         Bad layout or dropout, mismatched shapes, B = 0 or L_m = 0 (a graph cannot run on
         them), a mask of the wrong rank or with non-0/1 values, a ``valid_length`` of the

@@ -64,7 +64,7 @@ def check_per_head_inputs(query, key, value, layout, mask=None, edge_scores=None
                           valid_length=None, query_head_units=None, scaled=False):
     """Validate the arrays of a multi-head attention call in ``layout`` (nothing on symbols).
 
-    Float ``mx.np`` arrays of rank 4; B and K shared, L_m shared by key and value, C_k by query
+    Float ``mx.np`` arrays of rank 4 and one dtype (``edge_scores`` too); B and K shared, L_m shared by key and value, C_k by query
     and key; B >= 1 and L_m >= 1 (L_q may be 0); scores addressable by 32-bit indices; a 0/1
     ``mask`` that broadcasts to (B, L_q, L_m); ``valid_length`` (B,) or (B, L_q) in [0, L_m];
     ``edge_scores`` broadcastable to (B, K, L_q, L_m); C_k > 0 when ``scaled`` (the scale is
@@ -75,8 +75,7 @@ def check_per_head_inputs(query, key, value, layout, mask=None, edge_scores=None
         _checks.check_rank(name, x, (4,))
     if _checks.is_symbol(query):
         return
-    for name, x in (('query', query), ('key', key), ('value', value)):
-        _checks.check_float_tensor(name, x)
+    _checks.check_same_float_dtype(query=query, key=key, value=value, edge_scores=edge_scores)
     q, k, v = (tuple(x.shape[p] for p in _TO_NKT[layout] or range(4)) for x in (query, key, value))
     shapes = {'query.shape': query.shape, 'key.shape': key.shape, 'value.shape': value.shape}
     if q[:2] != k[:2] or k[:3] != v[:3] or q[3] != k[3]:

@@ -21,6 +21,9 @@ and with ``attn_type='causal'``::
          1 1 1 0           0 0 0 0
          0 0 0 0           0 0 0 0
 """
+import mxnet as mx
+import numpy as onp
+
 from .. import _checks
 
 from ._ops import get_F, stop_gradient
@@ -161,6 +164,13 @@ def gen_self_attn_mask(data, valid_length=None, attn_type='full', layout='NT'):
 def _check_mem_lengths(mem, mem_valid_length, data, data_valid_length, layout, **_):
     if not _checks.is_symbol(mem) and layout in SEQUENCE_LAYOUTS:
         time_axis, batch_axis = _time_and_batch_axes(layout)
+        if mem.shape[batch_axis] != data.shape[batch_axis]:
+            _checks.fail('mem and data must have the same batch size B (layout {})'.format(layout),
+                         **{'mem.shape': mem.shape, 'data.shape': data.shape})
+        if mem_valid_length is None:
+            _checks.fail_type('mem_valid_length is required', mem_valid_length=None)
+        _checks.check_rank('mem_valid_length', mem_valid_length, (1,))
+        _checks.check_rank('data_valid_length', data_valid_length, (1,))
         _checks.check_valid_length(mem_valid_length, mem.shape[time_axis], 'mem_valid_length',
                                    batch_size=mem.shape[batch_axis])
         _checks.check_valid_length(data_valid_length, data.shape[time_axis],
@@ -188,7 +198,10 @@ def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layou
     Raises
     ------
     ValueError
-        On an unknown ``layout``, or (imperatively) lengths outside their ranges.
+        On an unknown ``layout``, or (imperatively) ``mem`` and ``data`` of different batch
+        sizes, lengths not of shape (B,), or lengths outside their ranges.
+    TypeError
+        (Imperatively) lengths that are not mxnet arrays of an integer or float dtype.
     """
     time_axis, batch_axis = _time_and_batch_axes(layout)
     F = get_F(data)
@@ -201,11 +214,37 @@ def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layou
     return combine_masks(mem_mask, rows < length)                                # (B, L_q, L_m)
 
 
-def combine_masks(*masks):
-    """AND of the given 0/1 masks, ignoring ``None``; ``None`` when all are ``None``.
+def _check_combine(masks):
+    if not masks:
+        _checks.fail('combine_masks needs at least one mask argument (None for no mask)',
+                     num_masks=0)
+    arrays = [m for m in masks if m is not None and not _checks.is_symbol(m)]
+    for i, mask in enumerate(arrays):
+        if not isinstance(mask, mx.nd.NDArray):
+            _checks.fail_type('every mask must be an mxnet array',
+                              **{'masks[{}]'.format(i): type(mask).__name__})
+        _checks.check_mask(mask, mask.shape, 'masks[{}]'.format(i))
+    try:
+        onp.broadcast_shapes(*[m.shape for m in arrays])
+    except ValueError:
+        _checks.fail('the masks\' shapes must broadcast against each other',
+                     shapes=[m.shape for m in arrays])
 
-    The masks (any dtypes, nonzero = 1) must broadcast against each other; the result is bool
+
+@_checks.validated_by(_check_combine)
+def combine_masks(*masks):
+    """AND of the given 0/1 masks, ignoring ``None``; ``None`` when every argument is ``None``.
+
+    The masks (bool, or 0/1 of any dtype) must broadcast against each other; the result is bool
     with their broadcast shape. Works imperatively and inside a graph.
+
+    Raises
+    ------
+    ValueError
+        (Called by a user) no argument at all, shapes that do not broadcast, or values
+        other than 0 and 1 (imperatively).
+    TypeError
+        A mask that is not an mxnet array (imperatively).
     """
     present = [m for m in masks if m is not None]
     if not present:

@@ -34,6 +34,12 @@ def _weight_init():
     return mx.init.Normal(0.02)  # BERT's initializer_range
 
 
+def _require(name, x):
+    """A required input given as None (or left out) is a TypeError naming it."""
+    if x is None:
+        _checks.fail_type('{} is required (pass it positionally)'.format(name), **{name: None})
+
+
 def _check_sequence(data, units, valid_length, mask=None):
     """data (B, T, D) float with D = ``units``, B, T >= 1; valid_length (B,) or (B, T) in
     [0, T]; a 0/1 mask broadcasting to (B, T, T)."""
@@ -173,7 +179,7 @@ class TransformerEncoder(Float32OnCPU):
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
         Called on arrays, data that is not (B, T, D) with B, T >= 1 or lengths outside [0, T]
-        raise ValueError.
+        raise ValueError; a missing ``valid_length`` raises TypeError.
 
     Returns
     -------
@@ -215,7 +221,8 @@ class TransformerEncoder(Float32OnCPU):
             self.use_fused_attention(False)                 # the kernel is CPU-only
         return super().forward(data, *args)
 
-    def check_inputs(self, data, valid_length):  # pylint: disable=arguments-differ
+    def check_inputs(self, data, valid_length=None):  # pylint: disable=arguments-differ
+        _require('valid_length', valid_length)
         _checks.check_rank('valid_length', valid_length, (1,))
         _check_sequence(data, self.layers[0]._units, valid_length)
 
@@ -274,8 +281,8 @@ class BertEncoder(CheckedBlock):
     -------------------
     token_ids : int32 (B, T)
         Word ids in [0, V).
-    token_types : int32 (B, T)
-        Segment ids in [0, num_token_types).
+    token_types : int32 (B, T) or None
+        Segment ids in [0, num_token_types); ``None`` means all zeros (one segment).
     valid_length : int32 (B,)
         Number of valid tokens per row, in [0, T]; positions at or beyond it are padding.
 
@@ -295,6 +302,8 @@ class BertEncoder(CheckedBlock):
         On an invalid configuration, or (on arrays, before any graph runs) on inputs of the
         wrong rank, with different shapes, with non-integer or out-of-range ids, with B = 0,
         T = 0 or T > ``max_length``, or on a ``valid_length`` outside [0, T].
+    TypeError
+        On arrays that are not mx.np arrays, float token ids, or a missing ``valid_length``.
     """
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
@@ -326,17 +335,20 @@ class BertEncoder(CheckedBlock):
         if (isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu'
                 and self.encoder.use_fused_attention(False)):   # the kernel is CPU-only
             self._clear_cached_op()
+        if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
+            args = (mx.np.zeros_like(token_ids),) + tuple(args[1:])   # one segment: type 0
         return super().forward(token_ids, *args)
 
-    def check_inputs(self, token_ids, token_types, valid_length):  # pylint: disable=arguments-differ
+    def check_inputs(self, token_ids, token_types=None, valid_length=None):  # pylint: disable=arguments-differ
+        _require('valid_length', valid_length)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:
             _checks.fail('token_ids and token_types must have the same shape (B, T)',
                          **{'token_ids.shape': token_ids.shape,
                             'token_types.shape': token_types.shape})
-        _check_ids('token_ids', token_ids, self.config['vocab_size'])
-        _check_ids('token_types', token_types, self.config['num_token_types'])
+        _checks.check_token_ids('token_ids', token_ids, self.config['vocab_size'])
+        _checks.check_token_ids('token_types', token_types, self.config['num_token_types'])
         _checks.check_not_empty('the batch size B and the sequence length T', token_ids.shape,
                                 **{'token_ids.shape': token_ids.shape})
         if token_ids.shape[1] > self._max_length:
@@ -410,13 +422,3 @@ class BertEncoder(CheckedBlock):
         load_bert_tensors(block, tensors, source)
         return block
 
-
-def _check_ids(name, ids, size):
-    """Imperatively check integer ids in [0, size) (an Embedding would clip them silently)."""
-    values = ids.asnumpy()
-    if values.dtype.kind not in 'iu':
-        _checks.fail_type('{} must be an integer array (int32)'.format(name),
-                          **{name + '.dtype': str(values.dtype)})
-    if values.size and not 0 <= values.min() <= values.max() < size:
-        _checks.fail('{} must lie in [0, {})'.format(name, size),
-                     **{'(min, max) of ' + name: (int(values.min()), int(values.max()))})

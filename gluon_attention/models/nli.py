@@ -16,7 +16,7 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from .. import _checks
-from ..core.base import CheckedBlock, Float32OnCPU
+from ..core.base import CheckedBlock, Float32OnCPU, check_dense_inputs
 from ..core.functional import zero_unattended
 from ..core.masking import gen_mem_attn_mask, valid_length_to_mask
 from ..core.softmax import masked_softmax
@@ -105,7 +105,8 @@ class Attend(Float32OnCPU):
     ValueError
         At construction for a bad ``num_hiddens`` or ``dropout``; when called on arrays
         (hybridized too, before the graph runs), for mismatched batch sizes, B = 0, L_A = 0 or
-        L_B = 0, or lengths outside their ranges.
+        L_B = 0, lengths outside their ranges, A and B of different feature sizes C, or a C
+        other than that of the first call.
     """
 
     def __init__(self, num_hiddens, dropout=0.2, **kwargs):
@@ -123,6 +124,8 @@ class Attend(Float32OnCPU):
 
     def check_inputs(self, A, B, valid_length_A, valid_length_B):  # pylint: disable=arguments-differ
         _check_sentences(A, B, valid_length_A, valid_length_B)
+        _checks.check_same_dim('the feature sizes C of A and B', A=(A, 2), B=(B, 2))
+        check_dense_inputs(('A', A, self.f[1]), ('B', B, self.f[1]))
 
     def hybrid_forward(self, F, A, B, valid_length_A, valid_length_B):
         weights_b, weights_a = self._weights(F, A, B, valid_length_A, valid_length_B)
@@ -217,7 +220,9 @@ class DecomposableAttention(CheckedBlock):
 
     Call ``(premise, hypothesis, premise_valid_length, hypothesis_valid_length)`` positionally:
     token ids (B, L_p) and (B, L_h) (int32 or float32), valid lengths (B,) int32/int64 (or integral
-    float32). Returns logits float32 (B, num_classes). Appending more padding (any token ids) to a
+    float32). Token ids must lie in [0, ``vocab_size``) and float ids must be whole numbers
+    (ValueError otherwise; an embedding would clip them silently). Returns logits float32
+    (B, num_classes). Appending more padding (any token ids) to a
     batch leaves the logits unchanged. After ``hybridize()`` and ``export``, the graph's inputs are
     ``data0..data3`` in this order and accept any B, L_p and L_h of at least 1.
     """
@@ -240,6 +245,9 @@ class DecomposableAttention(CheckedBlock):
                      hypothesis_valid_length):
         _check_sentences(premise, hypothesis, premise_valid_length, hypothesis_valid_length,
                          'premise', 'hypothesis', rank=2)
+        for name, ids in (('premise', premise), ('hypothesis', hypothesis)):
+            _checks.check_token_ids(name, ids, self.embedding.weight.shape[0],
+                                    allow_float=True)
 
     def hybrid_forward(self, F, premise, hypothesis, premise_valid_length,
                        hypothesis_valid_length):

@@ -81,7 +81,8 @@ def test_combine_masks():
                                 np.array(c, dtype='int32'))
     onp.testing.assert_array_equal(out.asnumpy().astype(bool), a & b & c)
     assert masking.combine_masks(None, None) is None
-    assert masking.combine_masks() is None
+    with pytest.raises(ValueError, match='at least one mask'):
+        masking.combine_masks()
 
 
 @pytest.mark.parametrize('dtype', ['float16', 'float32', 'float64'])

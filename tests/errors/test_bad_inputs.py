@@ -72,6 +72,19 @@ def _squad_json(answer_start=0, impossible=False):
         {'context': 'Alpha beta gamma.', 'qas': [qa]}]}]})
 
 
+def _attend_after_first_call(A):
+    block = initialized(Attend(4))
+    block(Q, K, ints([3, 3]), ints([5, 5]))
+    return block(A, rand(2, 5, A.shape[-1]), ints([3, 3]), ints([5, 5]))
+
+
+def _nli(hybridize=False):
+    block = initialized(DecomposableAttention(100, 8, 8))
+    if hybridize:
+        block.hybridize()
+    return block
+
+
 def _dpa(*args):
     return ga.DotProductAttention()(*args)
 
@@ -142,6 +155,31 @@ BAD = [
      lambda: ga.multi_head_dot_attn(Q4[..., :0], K4[..., :0], V4), ValueError, ['=0']),
     ('multi_head_dot_attn-scores-beyond-int32',
      lambda: ga.multi_head_dot_attn(HUGE, HUGE, HUGE), ValueError, ['num_elements=4900000000']),
+    ('multi_head_dot_attn-query-float64-key-float32',
+     lambda: ga.multi_head_dot_attn(Q4.astype('float64'), K4, V4), TypeError,
+     ["query.dtype='float64'", "key.dtype='float32'"]),
+    ('multi_head_dot_attn-query-float16-key-float32',
+     lambda: ga.multi_head_dot_attn(Q4.astype('float16'), K4, V4), TypeError,
+     ["query.dtype='float16'"]),
+    ('multi_head_dot_attn-edge-scores-float64',
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, None, np.zeros((2, 3, 3, 5), dtype='float64')),
+     TypeError, ["edge_scores.dtype='float64'"]),
+    ('multi_head_dot_attn-edge-scores-numpy-array',
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, None, onp.zeros((2, 3, 3, 5))), TypeError,
+     ["edge_scores='ndarray'"]),
+    ('multi_head_dot_attn-edge-scores-int32',
+     lambda: ga.multi_head_dot_attn(Q4, K4, V4, None, np.zeros((2, 3, 3, 5), dtype='int32')),
+     TypeError, ["edge_scores.dtype='int32'"]),
+    ('dot_attn_score-query-float64-key-float32',
+     lambda: ga.dot_attn_score(np.ones((2, 3, 4), dtype='float64'), np.ones((2, 5, 4))),
+     TypeError, ["query.dtype='float64'", "key.dtype='float32'"]),
+    ('l2_normalize-eps-negative', lambda: ga.l2_normalize(Q, -1, -1.0), ValueError,
+     ['eps=-1.0']),
+    ('l2_normalize-eps-zero', lambda: ga.l2_normalize(Q, eps=0), ValueError, ['eps=0']),
+    ('l2_normalize-data-int32', lambda: ga.l2_normalize(ints([[1, 2]])), TypeError,
+     ["data.dtype='int32'"]),
+    ('l2_normalize-axis-out-of-range', lambda: ga.l2_normalize(Q, axis=3), ValueError,
+     ['axis=3']),
     ('dot_attn_score-layout-unknown', lambda: ga.dot_attn_score(Q, K, layout='NCT'),
      ValueError, ['NCT']),
     ('dot_attn_score-batch-mismatch', lambda: ga.dot_attn_score(Q, rand(3, 5, 4)), ValueError,
@@ -176,6 +214,19 @@ BAD = [
     ('gen_mem_attn_mask-data_valid_length-above-length',
      lambda: ga.gen_mem_attn_mask(K, ints([5, 1]), Q, ints([1, 4])), ValueError,
      ['[1, 4]']),
+    ('gen_mem_attn_mask-mem_valid_length-rank-2',
+     lambda: ga.gen_mem_attn_mask(K, ints([[5], [1]]), Q), ValueError, ['(2, 1)']),
+    ('gen_mem_attn_mask-batch-mismatch',
+     lambda: ga.gen_mem_attn_mask(K, ints([5, 1]), Q[:1]), ValueError,
+     ['mem.shape=(2, 5, 4)', 'data.shape=(1, 3, 4)']),
+    ('gen_mem_attn_mask-mem_valid_length-bool',
+     lambda: ga.gen_mem_attn_mask(K, np.ones((2,), dtype=bool), Q), TypeError, ['bool']),
+    ('combine_masks-shapes-do-not-broadcast',
+     lambda: ga.combine_masks(np.ones((2, 3)), np.zeros((2, 4))), ValueError,
+     ['shapes=[(2, 3), (2, 4)]']),
+    ('combine_masks-value-two', lambda: ga.combine_masks(np.full((2, 3), 2.0)), ValueError,
+     ['2.0']),
+    ('combine_masks-no-mask', lambda: ga.combine_masks(), ValueError, ['num_masks=0']),
     # ------------------------------------------------------------ attention blocks
     ('DotProductAttention-batch-mismatch', lambda: _dpa(Q, rand(3, 5, 4), rand(3, 5, 6)),
      ValueError, ['(3, 5, 4)']),
@@ -193,6 +244,9 @@ BAD = [
      ValueError, ['[6, 1]']),
     ('DotProductAttention-valid_length-negative', lambda: _dpa(Q, K, V, ints([-1, 1])),
      ValueError, ['[-1, 1]']),
+    ('DotProductAttention-query-float64-key-float32',
+     lambda: _dpa(Q.astype('float64'), K, V, ints([5, 5])), TypeError,
+     ["query.dtype='float64'", "value.dtype='float32'"]),
     ('DotProductAttention-valid_length-fractional',
      lambda: _dpa(Q, K, V, np.array([2.5, 1.0])), ValueError, ['2.5']),
     ('DotProductAttention-valid_length-bool',
@@ -256,10 +310,14 @@ BAD = [
      ['cosine']),
     ('attend-context_sizes-batch-mismatch', lambda: ga.attend(Q, K, context_sizes=[1, 2, 3]),
      ValueError, ['[1, 2, 3]']),
+    ('attend-context_sizes-above-context-length',
+     lambda: ga.attend(Q, K, context_sizes=[6, 2]), ValueError, ['[0, 5]', '[6, 2]']),
+    ('attend-context_sizes-negative', lambda: ga.attend(Q, K, context_sizes=[-1, 2]),
+     ValueError, ['[-1, 2]']),
     ('attend-context_sizes-fractional', lambda: ga.attend(Q, K, context_sizes=[1.5, 2]),
      TypeError, ['1.5']),
     ('mask3d-sizes-not-a-list', lambda: ga.mask3d(V, 3), TypeError, ['3']),
-    ('mask3d-sizes-negative', lambda: ga.mask3d(V, [2, -1]), TypeError, ['-1']),
+    ('mask3d-sizes-negative', lambda: ga.mask3d(V, [2, -1]), ValueError, ['-1']),
     ('fill_context_mask-mask-rank-2',
      lambda: ga.fill_context_mask(np.zeros((2, 3)), [1, 2], 0, 1), ValueError, ['(2, 3)']),
     ('dot-rank-2', lambda: ga.dot(rand(2, 3), rand(2, 3)), ValueError, ['(2, 3)']),
@@ -271,6 +329,14 @@ BAD = [
      TypeError, ["'cpu'"]),
     ('BertEncoder.from_pretrained-path-int', lambda: BertEncoder.from_pretrained(42), TypeError,
      ['int']),
+    ('BertEncoder-valid_length-missing',
+     lambda: _bert()(ints([[1, 2]]), ints([[0, 0]])), TypeError, ['valid_length=None']),
+    ('BertEncoder-token_ids-out-of-range',
+     lambda: _bert()(ints([[1, 12]]), None, ints([2])), ValueError,
+     ['[0, 10)', '(1, 12)']),
+    ('TransformerEncoder-valid_length-missing',
+     lambda: initialized(ga.TransformerEncoder(1, 8, 8, 2))(rand(1, 3, 8)), TypeError,
+     ['valid_length=None']),
     # ------------------------------------------------------------ QA head
     ('ModelForQAConditional-units-zero', lambda: ModelForQAConditional(_Backbone(), units=0),
      ValueError, ['units=0']),
@@ -311,6 +377,23 @@ BAD = [
      lambda: initialized(Attend(4))(Q, K, ints([4, 3]), ints([5, 5])), ValueError, ['[4, 3]']),
     ('Attend-valid_length-missing',
      lambda: initialized(Attend(4))(Q, K, None, ints([5, 5])), TypeError, ['None']),
+    ('Attend-feature-size-changed', lambda: _attend_after_first_call(rand(2, 3, 6)),
+     ValueError, ['(2, 3, 6)', 'expected C=4']),
+    ('Attend-feature-sizes-differ',
+     lambda: initialized(Attend(4))(Q, rand(2, 5, 6), ints([3, 3]), ints([5, 5])),
+     ValueError, ['(2, 5, 6)']),
+    ('DecomposableAttention-token-id-above-vocab',
+     lambda: _nli()(ints([[1, 2, 150]]), ints([[1, 2]]), ints([3]), ints([2])), ValueError,
+     ['token ids must lie in [0, 100)', '(1, 150)']),
+    ('DecomposableAttention-token-id-negative',
+     lambda: _nli()(ints([[1, 2]]), ints([[-5, 2]]), ints([2]), ints([2])), ValueError,
+     ['[0, 100)', '(-5, 2)']),
+    ('DecomposableAttention-token-id-fractional',
+     lambda: _nli()(np.array([[1.0, 2.5]]), ints([[1, 2]]), ints([2]), ints([2])), ValueError,
+     ['2.5']),
+    ('DecomposableAttention-hybridized-token-id-above-vocab',
+     lambda: _nli(hybridize=True)(ints([[1, 100]]), ints([[1, 2]]), ints([2]), ints([2])),
+     ValueError, ['(1, 100)']),
     ('DecomposableAttention-valid_length-rank-2',
      lambda: initialized(DecomposableAttention(9, 4, 4))(
          ints([[1, 2]]), ints([[1, 2, 3]]), ints([[2]]), ints([3])), ValueError, ['(1, 1)']),
@@ -375,3 +458,20 @@ def test_bad_input_raises_with_received(call, kind, fragments, tmp_path, monkeyp
 def test_bad_input_ids_are_unique():
     ids = [row[0] for row in BAD]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+def test_accepted_neighbours_of_bad_inputs_give_the_expected_values():
+    """The inputs next to refused ones still work, with the values they should give."""
+    nli = _nli()
+    hyp, lengths = ints([[4, 5]]), (ints([3]), ints([2]))
+    as_int = nli(ints([[1, 2, 99]]), hyp, *lengths).asnumpy()
+    as_float = nli(np.array([[1.0, 2.0, 99.0]]), hyp, *lengths).asnumpy()
+    onp.testing.assert_array_equal(as_float, as_int)
+    bert, ids = _bert(), ints([[1, 2, 3], [4, 5, 6]])
+    onp.testing.assert_array_equal(bert(ids, None, ints([3, 2])).asnumpy(),
+                                   bert(ids, ints(onp.zeros((2, 3))), ints([3, 2])).asnumpy())
+    full = ga.attend(Q, K, context_sizes=[5, 5]).asnumpy()
+    onp.testing.assert_allclose(full, ga.attend(Q, K).asnumpy(), rtol=1e-6)
+    mask = ga.combine_masks(None, np.ones((2, 1, 3)), np.array(onp.eye(4)[None, :, :1]))
+    assert mask.shape == (2, 4, 3) and mask.asnumpy().sum() == 6
+    assert ga.combine_masks(None, None) is None
