@@ -203,8 +203,10 @@ def test_fused_cell_export_round_trip_in_fresh_process(rng, tmp_path):
 
 def test_fused_errors(rng):
     q, key, v = (np.array(x, dtype='float32') for x in make_inputs(rng, 'NKT', 2, 2, 3, 4, 4, 4))
-    with pytest.raises(TypeError, match='query must be float32'):
+    with pytest.raises(TypeError, match='must share one float dtype'):
         fused.fused_dot_attn(q.astype('float16'), key, v)
+    with pytest.raises(TypeError, match='query must be float32'):
+        fused.fused_dot_attn(q.astype('float16'), key.astype('float16'), v.astype('float16'))
     with pytest.raises(ValueError, match=r'valid_length must have shape \(B,\) or \(B, L_q\)'):
         fused.fused_dot_attn(q, key, v, np.array([1, 2, 3]))
     with pytest.raises(ValueError, match=r'valid_length must lie in \[0, 4\]'):

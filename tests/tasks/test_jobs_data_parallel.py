@@ -73,7 +73,7 @@ def squad_runs(tmp_path_factory):
 def _squad_config(root, **options):
     """The tiny SQuAD recipe of ``squad_runs`` (every dropout 0) with ``options``."""
     return TrainConfig(model_dir=str(root / 'bert'), train_file=str(root / 'train.json'),
-                       extra_train_file='', threshold_titles='Huguenot', max_seq_length=64,
+                       extra_train_file='', exclude_titles='', threshold_titles='Huguenot', max_seq_length=64,
                        doc_stride=24, max_query_length=16, dropout=0.0, classifier_dropout=0.0,
                        **options)
 
