@@ -5,7 +5,8 @@ Starts MXNet's scheduler, SERVERS servers and WORKERS copies of the command with
 variables set, prefixes their output with the worker's rank, and stops every process as soon as
 one fails or the time limit passes. The command must use a distributed kvstore, e.g.
 
-  python scripts/launch.py -n 2 -s 1 -- python scripts/run_squad.py train --kvstore dist_sync
+  python scripts/launch.py -n 2 -s 1 -- python scripts/run_squad.py train --kvstore dist_sync \
+      --batch-size 8    # 2 workers x 8 = the 16 features of one step of the demo
 
 Exit status: 0 when every worker exited with 0; else the first failure's (128 + N for signal N)
 or 124 after --timeout. For several machines, set the variables by hand (README, "More than one
