@@ -206,11 +206,12 @@ def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=
     Raises
     ------
     ValueError
-        Missing export files, names or dtypes of the wrong length.
+        Missing export files, names or dtypes of the wrong length; an operator option that has
+        no exact ONNX equivalent here (e.g. ``npx.reshape`` code 0, a sum with ``dtype``).
     RuntimeError
         The graph uses the fused kernel and its library cannot be loaded here.
-    AttributeError, NotImplementedError
-        An operator (or an operator option) without a converter (the exporter's messages).
+    AttributeError
+        An operator without a converter (the exporter's own message).
     """
     if isinstance(block_or_prefix, mx.gluon.HybridBlock):
         if onnx_path is None or input_names is None or input_dtypes is None:

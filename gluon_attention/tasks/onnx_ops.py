@@ -22,9 +22,17 @@ import numpy as onp
 from onnx import helper, numpy_helper
 from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 
+from .._checks import fail
+
 __all__ = ['OPSET', 'Emitter', 'register', 'tensor_type', 'promote']
 
 OPSET = 13
+
+
+def unsupported(node, what):
+    """Refuse an operator option that has no exact ONNX equivalent here (ValueError)."""
+    fail('ONNX export converts {} only without {}; export a graph that does not use it'
+         .format(node['op'], what), op=node['op'], node=node.get('name'))
 
 
 def register(*op_names):
@@ -132,7 +140,7 @@ def convert_arithmetic(node, **kwargs):
         dtype = onp.dtype('float32')
     if dtype == onp.bool_:
         if onnx_op not in _BOOL_ARITHMETIC:
-            raise NotImplementedError('{} of two bool arrays'.format(node['op']))
+            unsupported(node, 'two bool arrays')
         e.final(_BOOL_ARITHMETIC[onnx_op], e.inputs)
         return e.result(dtype)
     args = [e.cast(x, d, dtype) for x, d in zip(e.inputs, e.dtypes)]
@@ -232,8 +240,8 @@ def convert_float_unary(node, **kwargs):
     """Elementwise math on float arrays (MXNet keeps an integer dtype here: not converted)."""
     e = Emitter(node, kwargs)
     if e.dtypes[0].kind != 'f':
-        raise NotImplementedError('{} on a {} array (MXNet 1.9.1 returns integers there)'
-                                  .format(node['op'], e.dtypes[0].name))
+        unsupported(node, 'a {} array (MXNet 1.9.1 returns integers there)'.format(
+            e.dtypes[0].name))
     e.final(_FLOAT_UNARY[node['op']], e.inputs)
     return e.result()
 

@@ -11,7 +11,7 @@ only while a conversion runs (:data:`.onnx_attention.OVERRIDES`).
 """
 import numpy as onp
 
-from .onnx_ops import Emitter, register, tensor_type
+from .onnx_ops import Emitter, register, tensor_type, unsupported
 
 __all__ = ['convert_legacy_reshape', 'convert_arange_like', 'convert_embedding']
 
@@ -32,7 +32,7 @@ def convert_reduce(node, **kwargs):
     int64 and bool max/min stay bool, as in MXNet."""
     e = Emitter(node, kwargs)
     if e.attr('dtype') is not None or e.attr('initial') is not None:
-        raise NotImplementedError('{} with dtype or initial'.format(node['op']))
+        unsupported(node, 'dtype or initial')
     onnx_op, axes = _REDUCE[node['op']], _axes(e)
     x, dtype = e.inputs[0], e.dtypes[0]
     out_dtype = dtype
@@ -71,7 +71,7 @@ def convert_concatenate(node, **kwargs):
     e = Emitter(node, kwargs)
     axis = e.attr('axis', 0)
     if axis is None:
-        raise NotImplementedError('{} with axis=None'.format(node['op']))
+        unsupported(node, 'axis=None')
     parts = e.inputs
     if node['op'] == '_npi_stack':
         parts = [e.op('Unsqueeze', [x, e.const([int(axis)])]) for x in parts]
@@ -112,7 +112,7 @@ def _shape_pieces(e, x, codes, reverse):
         elif code == -1 or code > 0:
             pieces.append(e.const([code]))     # consumes an input axis, as in MXNet
         elif code != -3:               # -3 drops a size-1 axis
-            raise NotImplementedError('npx.reshape code {}'.format(code))
+            unsupported(node, 'npx.reshape code {}'.format(code))
         axis, k = axis + 1, k + 1
     return pieces[::-1] if reverse else pieces
 
@@ -148,7 +148,7 @@ def convert_arange_like(node, **kwargs):
     e = Emitter(node, kwargs)
     x, dtype = e.inputs[0], e.dtypes[0]
     if int(e.attr('repeat', 1)) != 1:
-        raise NotImplementedError('arange_like with repeat != 1')
+        unsupported(node, 'repeat != 1')
     axis = e.attr('axis')
     shape = e.op('Shape', [x])
     size = e.op('ReduceProd', [shape if axis is None else e.shape_dims(x, [int(axis)])],

@@ -376,3 +376,9 @@ def test_export_inference_script_format_onnx_reports_onnx_runtime_parity(tmp_pat
     report = json.loads(capsys.readouterr().out)
     assert report['ok'] and report['onnx']['onnx_path'] == prefix + '.onnx'
     assert report['onnx']['num_batches'] == 3 and report['onnx']['max_abs_diff'] < 1e-5
+
+
+def test_an_operator_option_without_an_exact_onnx_form_is_a_value_error():
+    from gluon_attention.tasks.onnx_ops import unsupported
+    with pytest.raises(ValueError, match=r"npx.reshape code 0.*Received: op='_npx_reshape'"):
+        unsupported({'op': '_npx_reshape', 'name': 'reshape0'}, 'npx.reshape code 0')
