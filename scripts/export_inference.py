@@ -133,8 +133,6 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    # --threads must reach OMP_NUM_THREADS before MXNet starts (importing gluon_attention does)
-    EARLY = argparse.ArgumentParser(add_help=False)
-    EARLY.add_argument('--threads', type=int, default=0)
-    os.environ['OMP_NUM_THREADS'] = str(EARLY.parse_known_args()[0].threads or os.cpu_count())
+    from _threads import threads_before_mxnet   # scripts/_threads.py, before MXNet starts
+    threads_before_mxnet()
     sys.exit(main())

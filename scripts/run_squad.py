@@ -14,20 +14,9 @@ refused (use another --output-dir). evaluate and predict load <output-dir>/model
 --model-dir is given, and never write over the train run's own files in <output-dir>. ``<command> --help`` lists every option with its default.
 """
 import argparse
-import os
 import sys
 
 COMMANDS = ('train', 'evaluate', 'predict', 'curve')
-
-
-def _threads_before_mxnet(argv):
-    """Set OMP_NUM_THREADS from --threads before anything imports MXNet (it reads the variable
-    once, when it starts, and importing gluon_attention starts it). The option itself, its
-    default and help, are declared in gluon_attention.tasks.squad_config."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument('--threads', type=int, default=0)
-    threads = early.parse_known_args(argv)[0].threads
-    os.environ['OMP_NUM_THREADS'] = str(threads if threads > 0 else os.cpu_count() or 1)
 
 
 def build_parser():
@@ -70,7 +59,6 @@ def parse_config(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    _threads_before_mxnet(argv)
     import mxnet as mx
     mx.npx.set_np()
     command, config = parse_config(argv)
@@ -88,4 +76,6 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    from _threads import threads_before_mxnet   # scripts/_threads.py, before MXNet starts
+    threads_before_mxnet()
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""What every job and script shares, written once: the ``--ctx`` grammar, the thread count, the
-seeding rule and the atomic write.
+"""What every job and script shares, written once: the ``--ctx`` grammar, the seeding rule and
+the atomic write. (The thread count is set by ``scripts/_threads.py`` before MXNet starts.)
 
 A killed run must lose nothing and resume exactly: files are written to a temporary name in the
 same folder, flushed to disk and renamed over the target (:func:`atomic_path`), and the random
@@ -16,7 +16,7 @@ import numpy as onp
 
 from .. import _checks
 
-__all__ = ['CTX_FORMS', 'parse_ctx', 'parse_devices', 'set_threads', 'seed_step', 'atomic_path',
+__all__ = ['CTX_FORMS', 'parse_ctx', 'parse_devices', 'seed_step', 'atomic_path',
            'atomic_write_json']
 
 #: The accepted ``--ctx`` forms (comma-separated, no repeats).
@@ -73,17 +73,6 @@ def parse_devices(text):
         _checks.fail('--ctx names a GPU but this MXNet sees {} GPU(s)'.format(
             mx.context.num_gpus()), ctx=text)
     return contexts
-
-
-def set_threads(threads):
-    """Set ``OMP_NUM_THREADS`` to ``threads`` (0: every core); returns the number set.
-
-    Call before importing mxnet for it to take effect: MXNet 1.9.1 otherwise starts half as many
-    threads as there are cores.
-    """
-    threads = threads or os.cpu_count() or 1
-    os.environ['OMP_NUM_THREADS'] = str(threads)
-    return threads
 
 
 def seed_step(seed, step):
