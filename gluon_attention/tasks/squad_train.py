@@ -10,6 +10,7 @@ import time
 
 import mxnet as mx
 
+from .._checks import fail
 from ..data import squad
 from ..models.encoder import BertEncoder
 from ..models.qa import ModelForQAConditional
@@ -36,8 +37,31 @@ def build_model(model_dir, config, contexts):
     backbone.collect_params().reset_ctx(contexts)
     if config.freeze_word_embeddings:
         backbone.word_embed.weight.grad_req = 'null'
+    freeze_lowest_layers(backbone, config.freeze_layers)
     model.hybridize(static_alloc=True)
     return model
+
+
+def freeze_lowest_layers(backbone, num_layers):
+    """Fix the embeddings and the lowest ``num_layers`` encoder layers of ``backbone``
+    (``grad_req='null'``); nothing changes for 0.
+
+    Raises
+    ------
+    ValueError
+        If ``num_layers`` exceeds the encoder's layers.
+    """
+    layers = backbone.encoder.layers
+    if num_layers > len(layers):
+        fail('--freeze-layers must be at most the encoder\'s {} layers'.format(len(layers)),
+             freeze_layers=num_layers)
+    if num_layers == 0:
+        return
+    frozen = [backbone.word_embed, backbone.position_embed, backbone.token_type_embed,
+              backbone.embed_ln] + [layers[i] for i in range(num_layers)]
+    for block in frozen:
+        for param in block.collect_params().values():
+            param.grad_req = 'null'
 
 
 def prepare_train(config):

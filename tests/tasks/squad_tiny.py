@@ -22,12 +22,12 @@ SCRIPT = ROOT / 'scripts' / 'run_squad.py'
 TIMING_KEYS = ('train_seconds', 'train_features_per_second', 'eval_seconds')
 
 
-def make_tiny_bert(folder, seed=0):
-    """Write a random 1-layer BERT (vocabulary of the embedded tokenizer) with its tokenizer."""
+def make_tiny_bert(folder, seed=0, num_layers=1):
+    """Write a random ``num_layers``-layer BERT (vocabulary of the embedded tokenizer) with its tokenizer."""
     pretrained = default_model_dir()
     vocab = json.loads((pretrained / 'config.json').read_text())['vocab_size']
     mx.random.seed(seed)
-    block = BertEncoder(vocab, units=16, hidden_size=32, num_layers=1, num_heads=2,
+    block = BertEncoder(vocab, units=16, hidden_size=32, num_layers=num_layers, num_heads=2,
                         max_length=256, dropout=0.0, attention_dropout=0.0)
     block.initialize(mx.init.Normal(0.5))
     write_checkpoint(block, folder)

@@ -96,3 +96,32 @@ def test_null_odds_auc_equals_pair_count():
              for a, b in itertools.product(impossible, answerable)]
     assert null_odds_auc(examples, odds) == pytest.approx(sum(pairs) / len(pairs))
     assert null_odds_auc(examples[:1], odds) is None
+
+
+def test_freeze_layers_keeps_the_lowest_layers_and_embeddings_fixed(tmp_path):
+    model_dir = make_tiny_bert(tmp_path / 'bert', num_layers=2)
+    config = TrainConfig(model_dir=model_dir, train_file=make_train_file(tmp_path / 'train.json'),
+                         extra_train_file='', exclude_titles='', threshold_titles='Huguenot',
+                         max_seq_length=64, doc_stride=24, max_query_length=16, max_steps=2,
+                         progress=False, lr=1e-3, max_train_features=16, batch_size=8,
+                         freeze_layers=1, output_dir=str(tmp_path / 'run'))
+    features = load_training_features(config, squad.load_tokenizer(model_dir))[0]
+    mx.random.seed(3)
+    model = build_model(config.model_dir, config, [mx.cpu()])
+    params = model._collect_params_with_prefix()  # pylint: disable=protected-access
+    before = {name: p.data().asnumpy() for name, p in params.items()
+              if name.startswith('backbone.')}
+    train(model, features, config, [mx.cpu()])
+    moved = {name for name in before
+             if onp.abs(params[name].data().asnumpy() - before[name]).max() > 0}
+    fixed = {name for name in before if 'embed' in name or '.layers.0.' in name}
+    assert fixed and not moved & fixed
+    assert {name for name in before if '.layers.1.' in name} <= moved
+
+
+def test_freeze_layers_beyond_the_encoder_is_refused(tmp_path):
+    model_dir = make_tiny_bert(tmp_path / 'bert')
+    config = TrainConfig(model_dir=model_dir, freeze_layers=9)
+    with pytest.raises(ValueError, match='at most the encoder.s 1 layers.*Received: '
+                                         'freeze_layers=9'):
+        build_model(config.model_dir, config, [mx.cpu()])
