@@ -107,7 +107,9 @@ def check_resumable(config):
         differ = 'options not recorded (an older version wrote them)'
     else:
         single = before.get('batch_size', 0) * before.get('grad_accum_steps', 1)
-        before = _compared(before, entry['meta'].get('features_per_step', single))
+        # an option a checkpoint does not name did not exist yet: the run had its default
+        before = _compared(dict(recipe(type(config)()), **before),
+                           entry['meta'].get('features_per_step', single))
         now = _compared(recipe(config), features_per_step(config, workers))
         differ = '; '.join('{}: {!r} there, {!r} now'.format(k, before.get(k), v)
                            for k, v in sorted(now.items()) if before.get(k) != v)

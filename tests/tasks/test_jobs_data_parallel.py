@@ -7,7 +7,9 @@ Every dropout is 0 (the workers draw other masks than one process). Launched job
 scheduler, a server and two workers on 127.0.0.1 through ``scripts/launch.py``.
 """
 import dataclasses
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +103,27 @@ def test_squad_checkpoint_resumes_under_another_layout_of_the_same_step(squad_ru
     with pytest.raises(ValueError, match=r'features per step \(--batch-size x '
                                          r'--grad-accum-steps x workers\): 8 there, 4 now'):
         check_resumable(dataclasses.replace(config, batch_size=4))
+
+
+def test_squad_checkpoint_without_a_newer_option_resumes_at_its_default(squad_runs, tmp_path):
+    """A checkpoint written before --freeze-layers existed names no such option: it trained
+    with the default (0), resumes with 0 and is refused with 1."""
+    root = squad_runs['root']
+    shutil.copytree(root / 'dist' / 'checkpoints', tmp_path / 'checkpoints')
+    index = tmp_path / 'checkpoints' / 'checkpoints.json'
+    entries = json.loads(index.read_text())
+    recipes = [entry['meta']['recipe'] for entry in
+               (entries if isinstance(entries, list) else entries.values())
+               if isinstance(entry, dict) and 'recipe' in entry.get('meta', {})]
+    assert recipes
+    for recipe in recipes:
+        del recipe['freeze_layers']
+    index.write_text(json.dumps(entries))
+    config = _squad_config(root, max_steps=3, seed=5, lr=0.01, output_dir=str(tmp_path),
+                           batch_size=8)
+    check_resumable(config)
+    with pytest.raises(ValueError, match='--freeze-layers: 0 there, 1 now'):
+        check_resumable(dataclasses.replace(config, freeze_layers=1))
 
 
 def test_squad_device_kvstore_over_two_contexts_equals_one_context(squad_runs, tmp_path):
