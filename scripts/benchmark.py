@@ -1,9 +1,12 @@
 """Attention speed and memory against the peers, interleaved in one run: a Markdown table + JSON.
 
-Rows: configuration x mode (forward, forward+backward) x implementation; columns: median time,
-GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fraction of this machine's GEMM
-limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same rounds, and
-for the long configurations the peak memory of a separate process per implementation.
+Attention rows: configuration x mode (forward, forward+backward) x implementation; columns:
+median time, GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fraction of this
+machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same
+rounds, and for the long configurations the peak memory of a separate process per
+implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
+``gluon_attention.tasks.bench_models``): throughput and ratio to PyTorch + transformers and
+ONNX Runtime; ``--modes`` does not apply to them.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
 """
@@ -16,9 +19,11 @@ import subprocess
 import sys
 import time
 
-CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode')
+MODEL_CONFIGS = ('squad_step', 'qa_inference')
+CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode') + MODEL_CONFIGS
 PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
-TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bench_torch_peer.py')
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+TORCH_WORKER = os.path.join(SCRIPTS, 'bench_torch_peer.py')
 
 
 def parse_args(argv=None):
@@ -29,6 +34,8 @@ def parse_args(argv=None):
                         help='comma-separated subset of ' + ', '.join(CONFIG_NAMES))
     parser.add_argument('--modes', default='fwd,fwdbwd', help='fwd, fwdbwd or both')
     parser.add_argument('--repeats', type=int, default=5, help='timed rounds (median; >= 5)')
+    parser.add_argument('--model-rounds', type=int, default=2,
+                        help='timed rounds of the squad_step and qa_inference rows (median)')
     parser.add_argument('--quick', action='store_true',
                         help='bert128 and decode only, 3 rounds, no memory processes')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory processes')
@@ -48,10 +55,12 @@ def parse_args(argv=None):
     args.configs = [c for c in args.configs.split(',') if c]
     args.modes = [m for m in args.modes.split(',') if m]
     unknown = [c for c in args.configs if c not in CONFIG_NAMES]
-    if unknown or not set(args.modes) <= {'fwd', 'fwdbwd'} or args.repeats < 1:
-        parser.error('configs must be among {}, modes among fwd, fwdbwd, repeats >= 1. '
-                     'Received: configs={}, modes={}, repeats={}'.format(
-                         CONFIG_NAMES, args.configs, args.modes, args.repeats))
+    if unknown or not set(args.modes) <= {'fwd', 'fwdbwd'} or min(args.repeats,
+                                                                   args.model_rounds) < 1:
+        parser.error('configs must be among {}, modes among fwd, fwdbwd, repeats and '
+                     'model-rounds >= 1. Received: configs={}, modes={}, repeats={}, '
+                     'model_rounds={}'.format(CONFIG_NAMES, args.configs, args.modes,
+                                              args.repeats, args.model_rounds))
     return args
 
 
@@ -115,7 +124,7 @@ def measure(args, torch_peer, python, on_row=None):
     """Rows of the table; ``on_row(rows)`` is called after each configuration and mode."""
     from gluon_attention.tasks import bench
     rows = []
-    for config in args.configs:
+    for config in [c for c in args.configs if c not in MODEL_CONFIGS]:
         for mode in args.modes:
             gc.collect()     # free the previous row's graphs (blocks hold reference cycles)
             made = bench.factories(config, mode, gluonnlp=not args.no_gluonnlp)
@@ -153,6 +162,12 @@ def measure(args, torch_peer, python, on_row=None):
             print('{} {} done'.format(config, mode), flush=True)
             if on_row:
                 on_row(rows)
+    from gluon_attention.tasks.bench_models import model_rows
+    for config in [c for c in args.configs if c in MODEL_CONFIGS]:
+        rows += model_rows(config, SCRIPTS, args.threads, python, args.model_rounds)
+        print('{} done'.format(config), flush=True)
+        if on_row:
+            on_row(rows)
     return rows
 
 
@@ -176,6 +191,7 @@ def versions(args, torch_peer):
 
 
 def markdown(rows, info, limit):
+    from gluon_attention.tasks.bench_models import model_table
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
              'Python {python}; commit {commit}.'.format(**info),
@@ -186,14 +202,14 @@ def markdown(rows, info, limit):
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '
              'vs gluonnlp | vs torch SDPA | vs 2 batch_dot | vs GEMM+softmax floor | peak MB |',
              '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|']
-    for row in rows:
+    for row in (r for r in rows if r['config'] not in MODEL_CONFIGS):
         ratio = row['ratio']
         cells = [row['config'], row['mode'], row['impl'], '%.2f' % (1e3 * row['median_s']),
                  '%.1f' % row['gflops'], '%.0f%%' % (100 * row['gflops'] / limit)]
         cells += ['%.2fx' % ratio[p] if p in ratio else '-' for p in PEERS]
         cells.append('%.0f' % row['peak_mb'] if row.get('peak_mb') is not None else '-')
         lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines) + '\n'
+    return '\n'.join(lines + model_table(rows)) + '\n'
 
 
 def main(argv=None):
