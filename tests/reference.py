@@ -9,6 +9,8 @@ central-difference helper used to check the analytic backward itself.
 Conventions: masks are 1 = attend, 0 = blocked. Dimension letters: B batch, K heads,
 L_q / L_m query / memory length, C_k / C_v per-head sizes.
 """
+import math
+
 import numpy as np
 
 LAYOUTS = ('NKT', 'NTK', 'TNK')
@@ -414,3 +416,38 @@ def select_vectors_by_position_vjp(data_shape, positions, grad_out):
         for j in range(pos.shape[1]):
             grad[i, pos[i, j]] += g[i, j]
     return grad
+
+
+# ----------------------------------------------------------------------------- row-wise
+def layer_norm(x, gamma, beta, eps=1e-5):
+    """LayerNorm over the last axis (biased variance), float64."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(-1, keepdims=True) + eps) * gamma + beta
+
+
+def layer_norm_vjp(x, gamma, grad_out, eps=1e-5):
+    """(dx, dgamma, dbeta) of ``layer_norm`` for the output gradient ``grad_out``."""
+    x = np.asarray(x, np.float64)
+    rstd = 1.0 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    xhat = (x - x.mean(-1, keepdims=True)) * rstd
+    g = grad_out * gamma
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    rows = tuple(range(x.ndim - 1))
+    return dx, (grad_out * xhat).sum(rows), grad_out.sum(rows)
+
+
+_ERF = np.vectorize(math.erf)
+
+
+def gelu(z):
+    """The erf GELU z Phi(z), float64."""
+    z = np.asarray(z, np.float64)
+    return z * 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)))
+
+
+def gelu_vjp(z, grad_out):
+    """d gelu / dz * grad_out: Phi(z) + z phi(z)."""
+    z = np.asarray(z, np.float64)
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return grad_out * (0.5 * (1.0 + _ERF(z / math.sqrt(2.0))) + z * pdf)

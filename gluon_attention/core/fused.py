@@ -17,7 +17,9 @@ file per instruction set, each with its own compiler flags) against the headers 
 :mod:`gluon_attention.core.fused_build`). Importing
 :mod:`gluon_attention` loads it when it has been built; :func:`available` says whether it is.
 Graphs exported with it name that operator: load them after ``import gluon_attention`` (or
-``mx.library.load(gluon_attention.fused.library_path())``).
+``mx.library.load(gluon_attention.fused.library_path())``). The same library holds the
+row-wise operators of :mod:`gluon_attention.core.fused_rowwise` (:data:`LIBRARY_OPS` lists
+them all).
 
 Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
@@ -42,9 +44,12 @@ from ._ops import get_F
 from .fused_build import build, library_path
 
 __all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve', 'check_fused_inputs', 'isa', 'cpu_features']
+           'resolve', 'check_fused_inputs', 'isa', 'cpu_features', 'LIBRARY_OPS']
 
 OP_NAME = 'ga_fused_attention'
+# Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
+# naming any of them needs the library loaded before it is read.
+LIBRARY_OPS = (OP_NAME, 'ga_add_layer_norm', 'ga_bias_gelu')
 ISA_ENV = 'GA_FUSED_ISA'
 _ISA_CHOICES = ('auto', 'avx512', 'avx2')
 _STATE = {'loaded': False, 'error': None}

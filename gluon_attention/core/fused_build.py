@@ -1,7 +1,7 @@
 """Building the fused attention kernel library (:mod:`gluon_attention.core.fused`).
 
-The sources in ``csrc/`` are compiled against the headers of the ``mxnet`` wheel: the operator
-(``fused_attention.cc``) for any x86-64 CPU, and one kernel file per instruction set, each with
+The sources in ``csrc/`` are compiled against the headers of the ``mxnet`` wheel: the operators
+(``fused_attention.cc``, ``fused_rowwise.cc``) for any x86-64 CPU, and one kernel file per instruction set, each with
 its own ``-m`` flags, so that no instruction of AVX-512 can run on a CPU without it (the
 library chooses its kernels at load time). The files compile two at a time into objects, each
 instruction-set object is checked to share no code with the others, and the link output is
@@ -19,9 +19,10 @@ import mxnet as mx
 __all__ = ['build', 'library_path']
 
 _CSRC = pathlib.Path(__file__).parent / 'csrc'
-# The operator (built for any x86-64 CPU) and one kernel file per instruction set, each with its
+# The operators (built for any x86-64 CPU) and one kernel file per instruction set, each with its
 # own flags: code compiled for AVX-512 must never run on an AVX2-only CPU.
 _UNITS = (('fused_attention.cc', ()),
+          ('fused_rowwise.cc', ()),
           ('kernel_avx2.cc', ('-mavx2', '-mfma')),
           ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
                                 '-mfma')))

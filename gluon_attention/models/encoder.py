@@ -23,6 +23,7 @@ from .. import _checks
 from ..core import fused as _fused
 from ..core.base import CheckedBlock, Float32OnCPU
 from ..core.cells import MultiHeadAttentionCell
+from ..core.fused_rowwise import DenseGELU, ResidualLayerNorm
 from .checkpoint import load_bert_tensors, read_checkpoint
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder']
@@ -84,6 +85,9 @@ class TransformerEncoderLayer(Float32OnCPU):
     fused_attention : bool
         Run the self-attention through the fused kernel (``MultiHeadAttentionCell(fused=True)``:
         CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``).
+    fused_rowwise : bool
+        Run each residual sum + LayerNorm, and ``ffn_1``'s bias + GELU, as one fused operator
+        each (:mod:`gluon_attention.core.fused_rowwise`: CPU, float32); the same parameters.
 
     Inputs
     ------
@@ -107,8 +111,8 @@ class TransformerEncoderLayer(Float32OnCPU):
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, activation='gelu', fused_attention=False, prefix=None,
-                 params=None):
+                 layer_norm_eps=1e-12, activation='gelu', fused_attention=False,
+                 fused_rowwise=False, prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         units = _checks.check_positive_int('units', units)
         hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
@@ -133,11 +137,13 @@ class TransformerEncoderLayer(Float32OnCPU):
                 scaled=True, layout='NTK', fused=fused_attention)
             self.attn_proj = dense(units, units)
             self.attn_dropout = nn.Dropout(dropout)
-            self.attn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
-            self.ffn_1 = dense(hidden_size, units)
+            self.attn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
+            self.ffn_1 = (DenseGELU(hidden_size, units, fused=fused_rowwise,
+                                    weight_initializer=_weight_init())
+                          if self._activation == 'gelu' else dense(hidden_size, units))
             self.ffn_2 = dense(units, hidden_size)
             self.ffn_dropout = nn.Dropout(dropout)
-            self.ffn_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.ffn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
 
     def _split_heads(self, F, x):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
@@ -150,11 +156,16 @@ class TransformerEncoderLayer(Float32OnCPU):
         key = self._split_heads(F, self.attn_key(data))        # (B, T, K, D/K)
         value = self._split_heads(F, self.attn_value(data))    # (B, T, K, D/K)
         context = self.attention_cell(query, key, value, mask, None, valid_length)[0]  # (B, T, D)
-        out = self.attn_ln(data + self.attn_dropout(self.attn_proj(context)))  # (B, T, D)
-        hidden = self.ffn_1(out)                                                 # (B, T, H)
-        hidden = (F.npx.leaky_relu(hidden, act_type='gelu') if self._activation == 'gelu'
-                  else F.npx.relu(hidden))
-        return self.ffn_ln(out + self.ffn_dropout(self.ffn_2(hidden)))         # (B, T, D)
+        out = self.attn_ln(self.attn_dropout(self.attn_proj(context)), data)  # LN(data + ...)
+        hidden = self.ffn_1(out)                                # (B, T, H), GELU included
+        if self._activation == 'relu':
+            hidden = F.npx.relu(hidden)
+        return self.ffn_ln(self.ffn_dropout(self.ffn_2(hidden)), out)          # (B, T, D)
+
+    def rowwise_blocks(self):
+        """The blocks that ``fused_rowwise`` switches (both LayerNorms, and ``ffn_1`` with
+        GELU)."""
+        return [b for b in (self.attn_ln, self.ffn_1, self.ffn_ln) if hasattr(b, 'set_fused')]
 
 
 @mx.util.use_np
@@ -171,6 +182,10 @@ class TransformerEncoder(Float32OnCPU):
         Self-attention through the fused kernel (see :mod:`gluon_attention.fused`). 'auto':
         when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU;
         a call on GPU arrays switches back to the composed operators.
+    fused_rowwise : bool or 'auto'
+        Residual + LayerNorm and bias + GELU as fused operators (see
+        :class:`TransformerEncoderLayer`). 'auto': when the kernel library is built and the
+        current context is a CPU; a call on GPU arrays switches back, as above.
 
     Inputs
     ------
@@ -188,17 +203,19 @@ class TransformerEncoder(Float32OnCPU):
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
                  attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
-                 fused_attention='auto', prefix=None, params=None):
+                 fused_attention='auto', fused_rowwise='auto', prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         num_layers = _checks.check_positive_int('num_layers', num_layers)
         fused_attention = _fused.resolve(fused_attention, attention_dropout)
+        fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
         with self.name_scope():
             self.layers = nn.HybridSequential()
             for _ in range(num_layers):
                 self.layers.add(TransformerEncoderLayer(
                     units, hidden_size, num_heads, dropout=dropout,
                     attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                    activation=activation, fused_attention=fused_attention))
+                    activation=activation, fused_attention=fused_attention,
+                    fused_rowwise=fused_rowwise))
 
     @property
     def fused_attention(self):
@@ -216,9 +233,29 @@ class TransformerEncoder(Float32OnCPU):
             self._clear_cached_op()
         return changed
 
+    @property
+    def fused_rowwise(self):
+        """Whether the layers' residual + LayerNorm and bias + GELU run the fused operators."""
+        return all(b.fused for layer in self.layers for b in layer.rowwise_blocks())
+
+    def use_fused_rowwise(self, fused):
+        """As :meth:`use_fused_attention`, for residual + LayerNorm and bias + GELU."""
+        changed = False
+        for layer in self.layers:
+            for block in layer.rowwise_blocks():
+                changed |= block.set_fused(fused)
+        if changed:
+            self._clear_cached_op()
+        return changed
+
+    def use_composed(self):
+        """Switch everything fused off (the kernels are CPU-only); True when something
+        changed."""
+        return self.use_fused_attention(False) | self.use_fused_rowwise(False)
+
     def forward(self, data, *args):  # pylint: disable=arguments-differ
         if isinstance(data, mx.nd.NDArray) and data.ctx.device_type != 'cpu':
-            self.use_fused_attention(False)                 # the kernel is CPU-only
+            self.use_composed()                             # the kernels are CPU-only
         return super().forward(data, *args)
 
     def check_inputs(self, data, valid_length=None):  # pylint: disable=arguments-differ
@@ -276,6 +313,8 @@ class BertEncoder(CheckedBlock):
     fused_attention : bool or 'auto'
         As in :class:`TransformerEncoder` ('auto': the fused kernel on CPU when it is built and
         ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``).
+    fused_rowwise : bool or 'auto'
+        As in :class:`TransformerEncoder` (also for the embeddings' LayerNorm).
 
     Inputs (positional)
     -------------------
@@ -308,7 +347,8 @@ class BertEncoder(CheckedBlock):
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
                  max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, fused_attention='auto', prefix=None, params=None):
+                 layer_norm_eps=1e-12, fused_attention='auto', fused_rowwise='auto', prefix=None,
+                 params=None):
         super().__init__(prefix=prefix, params=params)
         vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
         units = _checks.check_positive_int('units', units)
@@ -324,20 +364,28 @@ class BertEncoder(CheckedBlock):
                                                weight_initializer=_weight_init())
             self.token_type_embed = nn.Embedding(num_token_types, units,
                                                  weight_initializer=_weight_init())
-            self.embed_ln = nn.LayerNorm(epsilon=layer_norm_eps, in_channels=units)
+            self.embed_ln = ResidualLayerNorm(layer_norm_eps, units,
+                                              fused=_fused.resolve(fused_rowwise, 0.0))
             self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
             self.encoder = TransformerEncoder(
                 num_layers, units, hidden_size, num_heads, dropout=dropout,
                 attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                fused_attention=fused_attention)
+                fused_attention=fused_attention, fused_rowwise=fused_rowwise)
 
     def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
-        if (isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu'
-                and self.encoder.use_fused_attention(False)):   # the kernel is CPU-only
-            self._clear_cached_op()
+        if isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu':
+            self.use_composed()                                  # the kernels are CPU-only
         if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
             args = (mx.np.zeros_like(token_ids),) + tuple(args[1:])   # one segment: type 0
         return super().forward(token_ids, *args)
+
+    def use_composed(self):
+        """Switch every fused operator off (embeddings and encoder); True when something
+        changed (this block's graph is then rebuilt at the next call)."""
+        changed = self.embed_ln.set_fused(False) | self.encoder.use_composed()
+        if changed:
+            self._clear_cached_op()
+        return changed
 
     def check_inputs(self, token_ids, token_types=None, valid_length=None):  # pylint: disable=arguments-differ
         _require('valid_length', valid_length)
@@ -381,8 +429,8 @@ class BertEncoder(CheckedBlock):
             Where the parameters live; the current context by default.
         **overrides
             ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
-            recipes often change them; the weights are unaffected), ``fused_attention``
-            (default 'auto', resolved for ``ctx``).
+            recipes often change them; the weights are unaffected), ``fused_attention`` and
+            ``fused_rowwise`` (default 'auto', resolved for ``ctx``).
 
         Returns
         -------
@@ -410,13 +458,15 @@ class BertEncoder(CheckedBlock):
             _checks.fail_type('ctx must be an mxnet Context (e.g. mx.cpu()), a list of them, '
                               'or None', ctx=ctx)
         config, tensors, source = read_checkpoint(path)
-        unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention'}
+        unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention',
+                                    'fused_rowwise'}
         if unknown:
-            _checks.fail('from_pretrained overrides only dropout, attention_dropout and '
-                         'fused_attention', overrides=sorted(unknown))
+            _checks.fail('from_pretrained overrides only dropout, attention_dropout, '
+                         'fused_attention and fused_rowwise', overrides=sorted(unknown))
         config.update(overrides)
         config['fused_attention'] = _fused.resolve(config.get('fused_attention', 'auto'),
                                                    config['attention_dropout'], ctx)
+        config['fused_rowwise'] = _fused.resolve(config.get('fused_rowwise', 'auto'), 0.0, ctx)
         block = cls(**config)
         block.initialize(ctx=ctx)
         load_bert_tensors(block, tensors, source)

@@ -61,7 +61,8 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
     try:
         block.export(staged_prefix, epoch=epoch)
         with open(staged['symbol'], encoding='utf-8') as f:
-            uses_kernel = '"{}"'.format(fused.OP_NAME) in f.read()
+            text = f.read()
+        used = [op for op in fused.LIBRARY_OPS if '"{}"'.format(op) in text]
         for kind in ('params', 'symbol'):
             with atomic_path(paths[kind]) as tmp:
                 os.replace(staged[kind], tmp)
@@ -74,11 +75,10 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
     spec = {'graph_input_names': graph_names, 'input_names': list(input_names),
             'input_dtypes': list(input_dtypes), 'epoch': epoch,
             'mxnet_version': mx.__version__, 'numpy_mode': True}
-    if uses_kernel:
-        spec['custom_operators'] = {
-            fused.OP_NAME: 'the fused attention kernel: `import gluon_attention` (or '
-                           'mx.library.load of gluon_attention.fused.library_path()) '
-                           'before SymbolBlock.imports'}
+    if used:
+        spec['custom_operators'] = dict.fromkeys(
+            used, 'the fused kernel library: `import gluon_attention` (or mx.library.load of '
+                  'gluon_attention.fused.library_path()) before SymbolBlock.imports')
     paths['inputs'] = '%s-inputs.json' % prefix
     atomic_write_json(paths['inputs'], spec)
     return paths
@@ -95,8 +95,8 @@ def import_block(prefix, ctx=None):
         _checks.fail('an exported model needs {}'.format(spec_path), prefix=prefix)
     with open(spec_path, encoding='utf-8') as f:
         spec = json.load(f)
-    if fused.OP_NAME in spec.get('custom_operators', {}) and not fused.load():
-        raise RuntimeError('{} uses the fused attention kernel, which cannot be loaded here: '
+    if set(fused.LIBRARY_OPS) & set(spec.get('custom_operators', {})) and not fused.load():
+        raise RuntimeError('{} uses the fused kernel library, which cannot be loaded here: '
                            '{}'.format(prefix, fused.load_error()))
     files = _graph_files(prefix, spec['epoch'])
     with warnings.catch_warnings():

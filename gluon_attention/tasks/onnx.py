@@ -9,13 +9,14 @@ NumPy inputs on the CPU.
 
 How: MXNet 1.9.1's exporter (``mxnet.onnx``) walks the graph and calls one converter per
 operator. It has none for the numpy-interface operators (``_np_*``, ``_npi_*``, ``_npx_*``) nor
-for the fused attention kernel; :mod:`.onnx_ops`, :mod:`.onnx_shape_ops` and
-:mod:`.onnx_attention` register them, and a few of MXNet's own converters are replaced while a
-conversion runs (see :data:`.onnx_attention.OVERRIDES`). Its ``export_model`` validates against
-the installed onnx package's default opset (18 for onnx 1.13) although its converters are
-written for opsets 12-13, so the conversion goes through ``MXNetGraph`` directly with the
-checker and the model's opset import at 13. Needs ``onnx<1.14`` (the exporter imports
-``onnx.mapping``) and ``onnxruntime``: ``pip install gluon_attention[onnx]``.
+for the fused kernel library's operators; :mod:`.onnx_ops`, :mod:`.onnx_shape_ops`,
+:mod:`.onnx_attention` and :mod:`.onnx_rowwise` register them, and a few of MXNet's own
+converters are replaced while a conversion runs (see :data:`.onnx_attention.OVERRIDES`). Its
+``export_model`` validates against the installed onnx package's default opset (18 for onnx
+1.13) although its converters are written for opsets 12-13, so the conversion goes through
+``MXNetGraph`` directly with the checker and the model's opset import at 13. Needs
+``onnx<1.14`` (the exporter imports ``onnx.mapping``) and ``onnxruntime``: ``pip install
+gluon_attention[onnx]``.
 """
 import contextlib
 import json
@@ -34,7 +35,8 @@ from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 
 from .. import _checks
 from ..core import fused
-from . import onnx_attention, onnx_ops, onnx_shape_ops  # noqa: F401 (they register)
+from . import (onnx_attention, onnx_ops, onnx_rowwise,  # noqa: F401 (they register)
+               onnx_shape_ops)
 from .common import atomic_path
 from .export import export_block
 
@@ -122,8 +124,8 @@ def _read_spec(prefix):
 
 
 def _load_graph(prefix, spec):
-    if fused.OP_NAME in spec.get('custom_operators', {}) and not fused.load():
-        raise RuntimeError('{} uses the fused attention kernel, whose library is needed to read '
+    if set(fused.LIBRARY_OPS) & set(spec.get('custom_operators', {})) and not fused.load():
+        raise RuntimeError('{} uses the fused kernel library, which is needed to read '
                            'the graph: {}'.format(prefix, fused.load_error()))
     with mx.util.np_shape(True), mx.util.np_array(True):
         sym, arg_params, aux_params = mx.model.load_checkpoint(prefix, spec.get('epoch', 0))

@@ -73,10 +73,6 @@ const ga::Kernels* choose_kernels() {
   return nullptr;
 }
 
-const ga::Kernels* kernels() {
-  static const ga::Kernels* chosen = choose_kernels();
-  return chosen;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Geometry of one call: per (batch b, head h) group, the base offset and row stride of each
@@ -151,13 +147,6 @@ Geometry geometry(const std::vector<MXTensor>& in, int layout) {
   return g;
 }
 
-int num_threads() {
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  int n = env ? std::atoi(env) : 0;
-  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, n);
-}
-
 // The optional length input: none (every key), (B,) or (B, L_q).
 struct Lengths {
   const float* data = nullptr;
@@ -204,7 +193,7 @@ struct Plan {
 
 Plan plan_tasks(const Geometry& g, bool forward) {
   Plan p;
-  const int groups = g.B * g.K, threads = num_threads();
+  const int groups = g.B * g.K, threads = ga::num_threads();
   p.rows = g.Lq;
   if (forward && g.Lq <= ga::kSmallRows && groups > 0) {
     // Decoding, bound by memory (measured on the decode benchmark): the heads of a sequence
@@ -256,14 +245,14 @@ ga::Task task_at(const ga::Task& proto, const Geometry& g, const Lengths& length
 // workspace.
 MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga::Task& proto,
                              GroupKernel ga::Kernels::*pass) {
-  const ga::Kernels* kern = kernels();
+  const ga::Kernels* kern = ga::chosen_kernels();
   if (!kern) {
     MX_ERROR_MSG << "ga_fused_attention: no kernel for this CPU (it needs AVX2 and FMA, or "
                     "GA_FUSED_ISA names an instruction set it lacks)";
     return MX_FAIL;
   }
   const Plan plan = plan_tasks(g, pass == &ga::Kernels::forward);
-  const int workers = std::max(1, std::min(num_threads(), plan.tasks));
+  const int workers = std::max(1, std::min(ga::num_threads(), plan.tasks));
   std::vector<ga::Workspace> spaces(workers);
   std::vector<std::vector<int>> lens(workers,
                                      std::vector<int>(static_cast<long>(plan.span) * plan.rows));
@@ -394,6 +383,18 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
 
 }  // namespace
 
+const ga::Kernels* ga::chosen_kernels() {
+  static const ga::Kernels* chosen = choose_kernels();
+  return chosen;
+}
+
+int ga::num_threads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  int n = env ? std::atoi(env) : 0;
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, n);
+}
+
 REGISTER_OP(ga_fused_attention)
     .setParseAttrs(parse_attrs)
     .setInferType(infer_type)
@@ -408,7 +409,7 @@ MXReturnValue initialize(int version) {
 // For gluon_attention.core.fused.isa() (through ctypes): the kernels in use ("avx512", "avx2",
 // or "" when none can run here) and the instruction sets this CPU has, space-separated.
 extern "C" const char* ga_fused_isa() {
-  const ga::Kernels* k = kernels();
+  const ga::Kernels* k = ga::chosen_kernels();
   return k ? k->name : "";
 }
 

@@ -43,16 +43,45 @@ struct Task {
   float* dv;
 };
 
+// Row-wise operators (fused_rowwise.cc) on an (N, D) problem, rows [r0, r1) per call:
+//   add_layer_norm:  y = LayerNorm(x + res) with scale gamma and shift beta over each row
+//                    (res may be nullptr: LayerNorm(x)); backward writes dx (and dres when
+//                    not nullptr, the same values) and adds the row sums of dy * xhat and dy
+//                    into dgamma and dbeta.
+//   bias_gelu:       y = gelu(x + gamma) with the erf form of GELU; backward writes dx and adds
+//                    its row sums into dgamma (the bias gradient).
+struct RowTask {
+  long d;                   // D, the row length
+  const float* x;           // (N, D) rows
+  const float* res;         // (N, D) residual rows, or nullptr
+  const float* gamma;       // (D,)
+  const float* beta;        // (D,)
+  float eps;                // added to the variance
+  float* y;                 // forward output (N, D)
+  const float* dy;          // backward input (N, D)
+  float* dx;                // backward outputs (N, D)
+  float* dres;
+  float* dgamma;            // (D,) partial sums of this call's rows, added to
+  float* dbeta;
+};
+typedef void (*RowKernel)(const RowTask& task, long r0, long r1);
+
 // One instruction set's kernels. forward/backward process one group and return false only
 // when scratch memory could not be had.
 struct Kernels {
   const char* name;
   bool (*forward)(const Task& task, Workspace* ws);
   bool (*backward)(const Task& task, Workspace* ws);
+  RowKernel add_layer_norm, add_layer_norm_backward, bias_gelu, bias_gelu_backward;
 };
 
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+
+// The kernels chosen for this process (nullptr when none can run here) and the number of
+// worker threads (OMP_NUM_THREADS, else the hardware's); defined in fused_attention.cc.
+const Kernels* chosen_kernels();
+int num_threads();
 
 }  // namespace ga
 

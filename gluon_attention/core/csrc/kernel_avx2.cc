@@ -38,6 +38,11 @@ inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm256_fmsub_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+// a where x >= 0, b elsewhere (NaN x: b)
+inline vf vsel_nonneg(vf x, vf a, vf b) {
+  return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+}
 inline float vhsum(vf x) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -93,6 +98,10 @@ inline vf vldexp(vf p, vf n) {
 }
 
 #include "kernel_body.inc"
+#include "rowwise_body.inc"
+
+const Kernels kKernels = {kIsaName, forward, backward, add_layer_norm, add_layer_norm_backward,
+                          bias_gelu, bias_gelu_backward};
 
 }  // namespace ga_avx2
 

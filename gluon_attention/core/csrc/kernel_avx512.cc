@@ -35,6 +35,11 @@ inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+// a where x >= 0, b elsewhere (NaN x: b)
+inline vf vsel_nonneg(vf x, vf a, vf b) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+}
 inline float vhsum(vf x) { return _mm512_reduce_add_ps(x); }
 inline float vhmax(vf x) { return _mm512_reduce_max_ps(x); }
 // lanes i with lanes[i] > j (key j is within row i's length)
@@ -83,6 +88,10 @@ constexpr float kExp2Min = -160.0f;
 inline vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 
 #include "kernel_body.inc"
+#include "rowwise_body.inc"
+
+const Kernels kKernels = {kIsaName, forward, backward, add_layer_norm, add_layer_norm_backward,
+                          bias_gelu, bias_gelu_backward};
 
 }  // namespace ga_avx512
 

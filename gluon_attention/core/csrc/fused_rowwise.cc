@@ -1,0 +1,229 @@
+// Row-wise fused operators for MXNet 1.9.1 (CPU, float32), in the same library as the fused
+// attention: one pass over the rows instead of a chain of operators, forward and backward. The
+// arithmetic is in rowwise_body.inc, compiled per instruction set with the attention kernels
+// (the same choice, ga::chosen_kernels); this file (any x86-64 CPU) checks shapes and splits the
+// rows over the worker threads.
+//
+// Operator ga_add_layer_norm (D = the last axis)
+//   inputs : data (..., D), gamma (D,), beta (D,), and, when residual=1 (the default), residual
+//            with data's shape.
+//   attrs  : eps (added to the variance), residual (0 or 1).
+//   output : LayerNorm(data + residual) over the last axis, scaled by gamma, shifted by beta
+//            (biased variance, as MXNet's LayerNorm; Ba et al., 2016).
+//   backward recomputes the row statistics from data (+ residual); the residual's gradient is
+//   the data's.
+// Operator ga_bias_gelu
+//   inputs : data (..., D), bias (D,).
+//   output : gelu(data + bias), erf form: z Phi(z) with Phi the standard normal CDF.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel_api.h"
+#include "mxnet/lib_api.h"
+
+using namespace mxnet::ext;
+
+namespace {
+
+typedef std::unordered_map<std::string, std::string> Attrs;
+
+bool has_residual(const Attrs& attrs) {
+  auto it = attrs.find("residual");
+  return it == attrs.end() || it->second != "0";
+}
+
+float parse_eps(const Attrs& attrs) {
+  auto it = attrs.find("eps");
+  return it == attrs.end() ? 1e-5f : std::stof(it->second);
+}
+
+// Rows [0, rows) over the worker threads, in contiguous ranges (at least 16 rows each); worker w
+// gets partial sums `part + w * 2 * d` (zeroed) for the parameter gradients, which are added
+// into dgamma (and dbeta) in worker order afterwards, so the result does not depend on timing.
+void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, float* dbeta) {
+  const long workers = std::max(1L, std::min<long>(ga::num_threads(), rows / 16));
+  const bool sums = dgamma != nullptr;
+  std::vector<float> part(sums ? workers * 2 * t.d : 0, 0.0f);
+  auto work = [&](long w) {
+    ga::RowTask mine = t;
+    if (sums) {
+      mine.dgamma = part.data() + w * 2 * t.d;
+      mine.dbeta = mine.dgamma + t.d;
+    }
+    kernel(mine, rows * w / workers, rows * (w + 1) / workers);
+  };
+  std::vector<std::thread> pool;
+  for (long w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& th : pool) th.join();
+  if (!sums) return;
+  for (long j = 0; j < t.d; ++j) {
+    float g = 0.0f, b = 0.0f;
+    for (long w = 0; w < workers; ++w) {
+      g += part[w * 2 * t.d + j];
+      b += part[w * 2 * t.d + t.d + j];
+    }
+    dgamma[j] = g;
+    if (dbeta) dbeta[j] = b;
+  }
+}
+
+const ga::Kernels* kernels_or_error(const char* op) {
+  const ga::Kernels* kern = ga::chosen_kernels();
+  if (!kern)
+    MX_ERROR_MSG << op << ": no kernel for this CPU (it needs AVX2 and FMA, or GA_FUSED_ISA "
+                          "names an instruction set it lacks)";
+  return kern;
+}
+
+// (rows N, row length D) of an (..., D) tensor.
+void rows_of(const MXTensor& x, long* n, long* d) {
+  *d = x.shape.empty() ? 1 : x.shape.back();
+  *n = *d ? x.size() / *d : 0;
+}
+
+ga::RowTask row_task(MXTensor& data, MXTensor& gamma, long d) {
+  ga::RowTask t = {};
+  t.d = d;
+  t.x = data.data<float>();
+  t.gamma = gamma.data<float>();
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+MXReturnValue ln_forward(const Attrs& attrs, std::vector<MXTensor>* in,
+                         std::vector<MXTensor>* out, const OpResource& res) {
+  const ga::Kernels* kern = kernels_or_error("ga_add_layer_norm");
+  if (!kern) return MX_FAIL;
+  long n, d;
+  rows_of(in->at(0), &n, &d);
+  ga::RowTask t = row_task(in->at(0), in->at(1), d);
+  t.beta = in->at(2).data<float>();
+  t.res = has_residual(attrs) ? in->at(3).data<float>() : nullptr;
+  t.eps = parse_eps(attrs);
+  t.y = out->at(0).data<float>();
+  run_rows(kern->add_layer_norm, t, n, nullptr, nullptr);
+  return MX_SUCCESS;
+}
+
+// inputs: d_out, data, gamma, beta, [residual,] out; outputs: d_data, d_gamma, d_beta,
+// [d_residual].
+MXReturnValue ln_backward(const Attrs& attrs, std::vector<MXTensor>* in,
+                          std::vector<MXTensor>* out, const OpResource& res) {
+  const ga::Kernels* kern = kernels_or_error("ga_add_layer_norm");
+  if (!kern) return MX_FAIL;
+  const bool with_res = has_residual(attrs);
+  long n, d;
+  rows_of(in->at(1), &n, &d);
+  ga::RowTask t = row_task(in->at(1), in->at(2), d);
+  t.beta = in->at(3).data<float>();
+  t.res = with_res ? in->at(4).data<float>() : nullptr;
+  t.eps = parse_eps(attrs);
+  t.dy = in->at(0).data<float>();
+  t.dx = out->at(0).data<float>();
+  t.dres = with_res ? out->at(3).data<float>() : nullptr;
+  run_rows(kern->add_layer_norm_backward, t, n, out->at(1).data<float>(),
+           out->at(2).data<float>());
+  return MX_SUCCESS;
+}
+
+MXReturnValue gelu_forward(const Attrs& attrs, std::vector<MXTensor>* in,
+                           std::vector<MXTensor>* out, const OpResource& res) {
+  const ga::Kernels* kern = kernels_or_error("ga_bias_gelu");
+  if (!kern) return MX_FAIL;
+  long n, d;
+  rows_of(in->at(0), &n, &d);
+  ga::RowTask t = row_task(in->at(0), in->at(1), d);
+  t.y = out->at(0).data<float>();
+  run_rows(kern->bias_gelu, t, n, nullptr, nullptr);
+  return MX_SUCCESS;
+}
+
+// inputs: d_out, data, bias, out; outputs: d_data, d_bias.
+MXReturnValue gelu_backward(const Attrs& attrs, std::vector<MXTensor>* in,
+                            std::vector<MXTensor>* out, const OpResource& res) {
+  const ga::Kernels* kern = kernels_or_error("ga_bias_gelu");
+  if (!kern) return MX_FAIL;
+  long n, d;
+  rows_of(in->at(1), &n, &d);
+  ga::RowTask t = row_task(in->at(1), in->at(2), d);
+  t.dy = in->at(0).data<float>();
+  t.dx = out->at(0).data<float>();
+  run_rows(kern->bias_gelu_backward, t, n, out->at(1).data<float>(), nullptr);
+  return MX_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+MXReturnValue ln_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  *num_in = has_residual(attrs) ? 4 : 3;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+MXReturnValue gelu_parse(const Attrs& attrs, int* num_in, int* num_out) {
+  *num_in = 2;
+  *num_out = 1;
+  return MX_SUCCESS;
+}
+
+MXReturnValue float32_only(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  for (size_t i = 0; i < in->size(); ++i) {
+    if ((*in)[i] != -1 && (*in)[i] != kFloat32) {
+      MX_ERROR_MSG << "ga_add_layer_norm / ga_bias_gelu: every input must be float32 (input "
+                   << i << " has dtype code " << (*in)[i] << ")";
+      return MX_FAIL;
+    }
+  }
+  (*out)[0] = kFloat32;
+  return MX_SUCCESS;
+}
+
+// data (..., D) with D >= 1; inputs 1.. `vectors` are (D,), the rest data's shape.
+MXReturnValue rows_shape(std::vector<std::vector<unsigned int>>* in,
+                         std::vector<std::vector<unsigned int>>* out, size_t vectors) {
+  const auto& data = (*in)[0];
+  if (data.empty() || data.back() == 0) {
+    MX_ERROR_MSG << "ga_add_layer_norm / ga_bias_gelu: data must have a last axis D >= 1";
+    return MX_FAIL;
+  }
+  for (size_t i = 1; i < in->size(); ++i) {
+    const bool ok = i <= vectors ? (*in)[i] == std::vector<unsigned int>{data.back()}
+                                 : (*in)[i] == data;
+    if (!ok) {
+      MX_ERROR_MSG << "ga_add_layer_norm / ga_bias_gelu: input " << i << " must have shape "
+                   << (i <= vectors ? "(D,)" : "of data") << ", D = " << data.back();
+      return MX_FAIL;
+    }
+  }
+  (*out)[0] = data;
+  return MX_SUCCESS;
+}
+
+MXReturnValue ln_shape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                       std::vector<std::vector<unsigned int>>* out) {
+  return rows_shape(in, out, 2);
+}
+
+MXReturnValue gelu_shape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in,
+                         std::vector<std::vector<unsigned int>>* out) {
+  return rows_shape(in, out, 1);
+}
+
+}  // namespace
+
+REGISTER_OP(ga_add_layer_norm)
+    .setParseAttrs(ln_parse)
+    .setInferType(float32_only)
+    .setInferShape(ln_shape)
+    .setForward(ln_forward, "cpu")
+    .setBackward(ln_backward, "cpu");
+
+REGISTER_OP(ga_bias_gelu)
+    .setParseAttrs(gelu_parse)
+    .setInferType(float32_only)
+    .setInferShape(gelu_shape)
+    .setForward(gelu_forward, "cpu")
+    .setBackward(gelu_backward, "cpu");

@@ -1,0 +1,205 @@
+"""Fused residual + LayerNorm and bias + GELU: one pass over the rows instead of a chain of
+operators, forward and backward (CPU, float32).
+
+Two operators of the fused kernel library (:mod:`gluon_attention.core.fused`; the same build,
+the same instruction-set choice): ``ga_add_layer_norm`` computes ``LayerNorm(data + residual)``
+over the last axis (Ba et al., 2016, biased variance as MXNet's ``LayerNorm``) and its backward
+pass in one sweep each, recomputing the row statistics instead of storing them; ``ga_bias_gelu``
+computes ``gelu(data + bias)``, the erf form of GELU (Hendrycks and Gimpel, 2016), with the
+normal CDF from formula 7.1.26 of Abramowitz and Stegun (1964) (absolute error below 1.5e-7,
+about one float32 rounding of the result).
+
+In the composed form (``fused=False``, or when the library is not built) the same functions and
+blocks are MXNet's own ``+``, ``layer_norm``, ``fully_connected`` and ``leaky_relu(act_type=
+'gelu')``. :class:`ResidualLayerNorm` and :class:`DenseGELU` have the parameters (and parameter
+names) of ``nn.LayerNorm`` and ``nn.Dense``, so checkpoints load into either form.
+
+Glossary: N rows (every axis but the last), D the last axis.
+"""
+import mxnet as mx
+from mxnet.gluon import nn
+
+from .. import _checks
+from . import fused as _fused
+from ._ops import get_F
+
+__all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
+           'BIAS_GELU_OP']
+
+LAYER_NORM_OP, BIAS_GELU_OP = _fused.LIBRARY_OPS[1:]
+
+
+def _check_rows(data, **vectors_and_same):
+    """Imperative checks of the fused operators: float32 mx.np arrays on a CPU, data (..., D)
+    with D >= 1, the named vectors (D,), ``residual`` data's shape."""
+    if _checks.is_symbol(data):
+        return
+    for name, x in dict(data=data, **vectors_and_same).items():
+        if x is None:
+            continue
+        if not isinstance(x, mx.np.ndarray) or x.dtype != 'float32' or \
+                x.ctx.device_type != 'cpu':
+            _checks.fail_type('{} must be a float32 mx.np array on a CPU for the fused '
+                              'operator'.format(name), **{name: '{} {} on {}'.format(
+                                  type(x).__name__, getattr(x, 'dtype', None),
+                                  getattr(x, 'ctx', None))})
+    if data.ndim < 1 or data.shape[-1] < 1:
+        _checks.fail('data must have a last axis D >= 1', **{'data.shape': data.shape})
+    for name, x in vectors_and_same.items():
+        want = data.shape if name == 'residual' else (data.shape[-1],)
+        if x is not None and x.shape != want:
+            _checks.fail('{} must have shape {}'.format(name, want), **{name + '.shape': x.shape})
+
+
+def _require_library():
+    if not _fused.load():
+        raise RuntimeError(_fused.load_error())
+
+
+def add_layer_norm(data, gamma, beta, residual=None, eps=1e-5, fused=True):
+    """``LayerNorm(data + residual)`` over the last axis, scaled by ``gamma``, shifted by ``beta``.
+
+    Parameters
+    ----------
+    data : float32 (..., D)
+    gamma, beta : float32 (D,)
+    residual : float32, data's shape, or None (then ``LayerNorm(data)``)
+    eps : float
+        Added to the (biased) variance.
+    fused : bool
+        One ``ga_add_layer_norm`` operator (CPU, float32); False: MXNet's ``+`` and
+        ``layer_norm``.
+
+    Returns
+    -------
+    out : float32 (..., D)
+
+    Raises
+    ------
+    RuntimeError
+        ``fused`` and the kernel library is not built or not loadable.
+    TypeError, ValueError
+        ``fused`` and (imperatively) inputs that are not float32 CPU mx.np arrays of those
+        shapes.
+    """
+    F = get_F(data)
+    if not fused:
+        summed = data if residual is None else data + residual
+        return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=eps)
+    _require_library()
+    _check_rows(data, gamma=gamma, beta=beta, residual=residual)
+    inputs = [x.as_nd_ndarray() for x in (data, gamma, beta, residual) if x is not None]
+    return getattr(F, LAYER_NORM_OP)(*inputs, eps=repr(float(eps)),
+                                     residual=int(residual is not None)).as_np_ndarray()
+
+
+def bias_gelu(data, bias, fused=True):
+    """``gelu(data + bias)`` with the exact (erf) GELU, ``z * Phi(z)``.
+
+    Parameters
+    ----------
+    data : float32 (..., D)
+    bias : float32 (D,)
+    fused : bool
+        One ``ga_bias_gelu`` operator (CPU, float32); False: MXNet's ``+`` and
+        ``leaky_relu(act_type='gelu')``.
+
+    Returns
+    -------
+    out : float32 (..., D)
+
+    Raises
+    ------
+    RuntimeError, TypeError, ValueError
+        As :func:`add_layer_norm`.
+    """
+    F = get_F(data)
+    if not fused:
+        return F.npx.leaky_relu(data + bias, act_type='gelu')
+    _require_library()
+    _check_rows(data, bias=bias)
+    return getattr(F, BIAS_GELU_OP)(data.as_nd_ndarray(),
+                                    bias.as_nd_ndarray()).as_np_ndarray()
+
+
+class _Switchable:
+    """The ``fused`` switch of the blocks below."""
+
+    @property
+    def fused(self):
+        """Whether the block runs the fused operator."""
+        return self._fused
+
+    def set_fused(self, fused):
+        """Switch between the fused operator and the composed ones; returns True when the mode
+        changed (a hybridized parent must then rebuild its graph)."""
+        fused = _checks.check_bool('fused', fused)
+        if fused and not _fused.available():
+            raise RuntimeError(_fused.load_error())
+        changed, self._fused = fused != getattr(self, '_fused', False), fused
+        return changed
+
+
+class ResidualLayerNorm(_Switchable, nn.LayerNorm):
+    """``nn.LayerNorm`` over the last axis that adds an optional residual first:
+    ``block(x, residual)`` is ``LayerNorm(x + residual)``, in one fused operator when ``fused``.
+
+    Parameters
+    ----------
+    epsilon : float
+    in_channels : int
+        D (0: inferred).
+    fused : bool
+        :func:`add_layer_norm` fused (raises RuntimeError when the library is not available).
+
+    Inputs: data float32 (..., D); residual, data's shape, optional. Returns (..., D).
+    The parameters are ``gamma`` and ``beta`` (D,), named as ``nn.LayerNorm``'s.
+    """
+
+    def __init__(self, epsilon=1e-5, in_channels=0, fused=False, prefix=None, params=None):
+        super().__init__(epsilon=epsilon, in_channels=in_channels, prefix=prefix, params=params)
+        self.set_fused(fused)
+
+    def _alias(self):
+        return 'layernorm'      # nn.LayerNorm's parameter names
+
+    def hybrid_forward(self, F, data, residual=None, gamma=None,  # pylint: disable=arguments-differ
+                       beta=None):
+        if self._fused:
+            return add_layer_norm(data, gamma, beta, residual, eps=self._epsilon)
+        summed = data if residual is None else residual + data
+        return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=self._epsilon)
+
+
+class DenseGELU(_Switchable, nn.Dense):
+    """``nn.Dense(units, flatten=False)`` followed by the erf GELU; when ``fused`` the product
+    runs without its bias and :func:`bias_gelu` adds it in the activation's pass.
+
+    Parameters
+    ----------
+    units : int
+    in_units : int
+    fused : bool
+    weight_initializer
+        As ``nn.Dense``.
+
+    Inputs: x float32 (..., in_units). Returns (..., units). The parameters are ``weight``
+    (units, in_units) and ``bias`` (units,), named as ``nn.Dense``'s.
+    """
+
+    def __init__(self, units, in_units=0, fused=False, weight_initializer=None, prefix=None,
+                 params=None):
+        super().__init__(units, flatten=False, in_units=in_units,
+                         weight_initializer=weight_initializer, prefix=prefix, params=params)
+        self.set_fused(fused)
+
+    def _alias(self):
+        return 'dense'          # nn.Dense's parameter names
+
+    def hybrid_forward(self, F, x, weight, bias=None):  # pylint: disable=arguments-differ
+        if self._fused:
+            out = F.npx.fully_connected(x, weight, no_bias=True, num_hidden=self._units,
+                                        flatten=False)
+            return bias_gelu(out, bias)
+        out = F.npx.fully_connected(x, weight, bias, num_hidden=self._units, flatten=False)
+        return F.npx.leaky_relu(out, act_type='gelu')
