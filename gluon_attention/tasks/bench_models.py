@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 
+from .._resources import default_model_dir
 from .bench_qa import eval_batches, export_random_qa, head_weights, onnx_runner, ours_runner, \
     save_batches
 
@@ -72,10 +73,10 @@ def squad_step_rows(step_script, threads, torch_python=None, rounds=3, batch_siz
     ``step_script`` is the path of ``scripts/squad_step_speed.py``; ``torch_python`` an
     interpreter with torch and transformers (None: no torch row). RuntimeError when a run fails.
     """
+    # the model folder is named: the peer interpreter does not have the model package
     common = ['--threads', str(threads), '--batch-size', str(batch_size), '--seq-length',
-              str(seq_length), '--steps', str(steps), '--warmup', str(warmup)]
-    if model_dir:
-        common += ['--model-dir', str(model_dir)]
+              str(seq_length), '--steps', str(steps), '--warmup', str(warmup),
+              '--model-dir', str(model_dir or default_model_dir())]
     runs = {'ours': [sys.executable, step_script, '--impl', 'ours'] + common}
     if torch_python:
         runs[TORCH] = [torch_python, step_script, '--impl', 'torch'] + common
@@ -148,7 +149,6 @@ def qa_inference_rows(peer_script, threads, torch_python=None, rounds=2, warmup=
     interpreter with torch and transformers (None: no torch row); without onnxruntime (the
     ``[onnx]`` extra) there is no ONNX Runtime row. ``max_questions`` 0 takes all the questions.
     """
-    from .._resources import default_model_dir  # pylint: disable=import-outside-toplevel
     model_dir = str(model_dir or default_model_dir())
     questions, batches = eval_batches(max_questions, batch_size, max_seq_length,
                                       model_dir=model_dir)
