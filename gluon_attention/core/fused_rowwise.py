@@ -24,7 +24,7 @@ from . import fused as _fused
 from ._ops import get_F
 
 __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
-           'BIAS_GELU_OP']
+           'BIAS_GELU_OP', 'composed_off_cpu']
 
 LAYER_NORM_OP, BIAS_GELU_OP = _fused.LIBRARY_OPS[1:]
 
@@ -51,6 +51,13 @@ def _check_rows(data, **vectors_and_same):
             _checks.fail('{} must have shape {}'.format(name, want), **{name + '.shape': x.shape})
 
 
+def _through_copy(F, x):
+    """A copy of a (D,) parameter: MXNet 1.9.1's custom-operator interface does not tell an
+    operator to add its gradients to an array with ``grad_req='add'`` (it overwrites them), so
+    the gradients go through MXNet's own copy, which adds where asked."""
+    return F.np.copy(x)
+
+
 def _require_library():
     if not _fused.load():
         raise RuntimeError(_fused.load_error())
@@ -74,6 +81,13 @@ def add_layer_norm(data, gamma, beta, residual=None, eps=1e-5, fused=True):
     -------
     out : float32 (..., D)
 
+    Notes
+    -----
+    Gradient accumulation (``grad_req='add'``) works for ``gamma`` and ``beta``; ``data`` and
+    ``residual`` must not be such arrays themselves when ``fused`` (the operator overwrites
+    their gradient, as MXNet 1.9.1's custom operators do): inside a network they are the
+    outputs of other operators.
+
     Raises
     ------
     RuntimeError
@@ -88,6 +102,7 @@ def add_layer_norm(data, gamma, beta, residual=None, eps=1e-5, fused=True):
         return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=eps)
     _require_library()
     _check_rows(data, gamma=gamma, beta=beta, residual=residual)
+    gamma, beta = _through_copy(F, gamma), _through_copy(F, beta)
     inputs = [x.as_nd_ndarray() for x in (data, gamma, beta, residual) if x is not None]
     return getattr(F, LAYER_NORM_OP)(*inputs, eps=repr(float(eps)),
                                      residual=int(residual is not None)).as_np_ndarray()
@@ -104,6 +119,10 @@ def bias_gelu(data, bias, fused=True):
         One ``ga_bias_gelu`` operator (CPU, float32); False: MXNet's ``+`` and
         ``leaky_relu(act_type='gelu')``.
 
+    Notes
+    -----
+    As in :func:`add_layer_norm`: ``bias`` may accumulate gradients, ``data`` may not.
+
     Returns
     -------
     out : float32 (..., D)
@@ -119,11 +138,16 @@ def bias_gelu(data, bias, fused=True):
     _require_library()
     _check_rows(data, bias=bias)
     return getattr(F, BIAS_GELU_OP)(data.as_nd_ndarray(),
-                                    bias.as_nd_ndarray()).as_np_ndarray()
+                                    _through_copy(F, bias).as_nd_ndarray()).as_np_ndarray()
 
 
 class _Switchable:
-    """The ``fused`` switch of the blocks below."""
+    """The ``fused`` switch of the blocks below (an imperative call on arrays off the CPU
+    takes the composed operators)."""
+
+    def _fused_for(self, x):
+        return self._fused and not (isinstance(x, mx.nd.NDArray) and
+                                    x.ctx.device_type != 'cpu')
 
     @property
     def fused(self):
@@ -165,7 +189,7 @@ class ResidualLayerNorm(_Switchable, nn.LayerNorm):
 
     def hybrid_forward(self, F, data, residual=None, gamma=None,  # pylint: disable=arguments-differ
                        beta=None):
-        if self._fused:
+        if self._fused_for(data):
             return add_layer_norm(data, gamma, beta, residual, eps=self._epsilon)
         summed = data if residual is None else residual + data
         return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=self._epsilon)
@@ -197,9 +221,31 @@ class DenseGELU(_Switchable, nn.Dense):
         return 'dense'          # nn.Dense's parameter names
 
     def hybrid_forward(self, F, x, weight, bias=None):  # pylint: disable=arguments-differ
-        if self._fused:
+        if self._fused_for(x):
             out = F.npx.fully_connected(x, weight, no_bias=True, num_hidden=self._units,
                                         flatten=False)
             return bias_gelu(out, bias)
         out = F.npx.fully_connected(x, weight, bias, num_hidden=self._units, flatten=False)
         return F.npx.leaky_relu(out, act_type='gelu')
+
+
+def _tree(block):
+    yield block
+    for child in block._children.values():  # pylint: disable=protected-access
+        yield from _tree(child)
+
+
+def composed_off_cpu(block, x):
+    """Before ``block`` runs on ``x``: when ``x`` is an array on a device other than the CPU
+    (the fused operators are CPU-only), switch every :class:`ResidualLayerNorm` and
+    :class:`DenseGELU` inside ``block`` to the composed operators and drop the cached graphs
+    of the blocks holding them. Returns True when something changed."""
+    if not isinstance(x, mx.nd.NDArray) or x.ctx.device_type == 'cpu':
+        return False
+    blocks = list(_tree(block))
+    changed = any([b.set_fused(False) for b in blocks if isinstance(b, _Switchable)])
+    if changed:
+        for b in blocks:
+            if hasattr(b, '_clear_cached_op'):
+                b._clear_cached_op()  # pylint: disable=protected-access
+    return changed

@@ -17,6 +17,8 @@ from .. import _checks
 from ..core._ops import float32_on_cpu, get_F
 from ..core.base import CheckedBlock
 from ..core.functional import select_vectors_by_position
+from ..core.fused import resolve
+from ..core.fused_rowwise import ResidualLayerNorm, composed_off_cpu
 from ..core.softmax import masked_log_softmax, masked_softmax
 
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
@@ -54,7 +56,9 @@ class ModelForQAConditional(CheckedBlock):
     activation : str
         Activation of both heads (an ``nn.Activation`` name).
     layer_norm_eps : float
-        Epsilon of the end head's LayerNorm.
+        Epsilon of the end head's LayerNorm (the fused operator of
+        :mod:`gluon_attention.core.fused_rowwise` on a CPU when the kernel library is built;
+        a call on other devices switches it to MXNet's).
 
     Training call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
     p_mask (B, T) float32 0/1, start_position (B,) int32)`` returns
@@ -80,10 +84,15 @@ class ModelForQAConditional(CheckedBlock):
             self.start_scores = _dense(1)
             self.end_scores = nn.HybridSequential(prefix='end_')
             self.end_scores.add(_dense(units), nn.Activation(activation),
-                                nn.LayerNorm(epsilon=layer_norm_eps), _dense(1))
+                                ResidualLayerNorm(layer_norm_eps, units,
+                                                  fused=resolve('auto')), _dense(1))
             self.answerable_scores = nn.HybridSequential(prefix='answerable_')
             self.answerable_scores.add(_dense(units), nn.Activation(activation),
                                        nn.Dropout(dropout), _dense(2))
+
+    def forward(self, tokens, *args):  # pylint: disable=arguments-differ
+        composed_off_cpu(self, tokens)
+        return super().forward(tokens, *args)
 
     def check_inputs(self, tokens, token_types, valid_length, p_mask, start_position):  # pylint: disable=arguments-differ
         _check_head_inputs(self.backbone, tokens, token_types, valid_length, p_mask)
@@ -176,6 +185,10 @@ class QAInference(CheckedBlock):
                        _checks.check_positive_int('end_top_n', end_top_n))
         with self.name_scope():
             self.model = model
+
+    def forward(self, tokens, *args):  # pylint: disable=arguments-differ
+        composed_off_cpu(self, tokens)
+        return super().forward(tokens, *args)
 
     def check_inputs(self, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
         _check_head_inputs(self.model.backbone, tokens, token_types, valid_length, p_mask)

@@ -89,7 +89,8 @@ def test_oracle_gradients_match_central_differences():
 @pytest.mark.parametrize('shape,d', SHAPES)
 def test_add_layer_norm_matches_oracle(monkeypatch, shape, d, with_residual, threads):
     """Forward and the gradients of data, gamma, beta (and residual); with 3 worker threads
-    the parameter gradients are summed over the threads' partial sums."""
+    the rows go in chunks over the threads and the parameter gradients are summed over the
+    chunks."""
     monkeypatch.setenv('OMP_NUM_THREADS', threads)
     x, res, gamma, beta, head = inputs(onp.random.RandomState(1), shape, d)
     res = res if with_residual else None
@@ -176,6 +177,28 @@ def test_blocks_hybridized_equal_imperative_and_composed(mode):
         imperative = run_block(blocks[0], 'imperative', args)
         assert_all_close(run_block(blocks[1], mode, args), imperative, 'hybridized')
         assert_all_close(run_block(blocks[2], mode, args), imperative, 'composed')
+
+
+@pytest.mark.parametrize('mode', HYBRID_MODES[:2])
+def test_parameter_gradients_accumulate_with_grad_req_add(mode):
+    """Two backward passes into grad_req='add' parameters give twice one pass (the custom
+    operators overwrite their outputs; the parameters' gradients are added by MXNet)."""
+    x = mx.np.array(onp.random.RandomState(10).normal(size=(3, 12)).astype('float32'))
+    for block in (ResidualLayerNorm(1e-5, 12, fused=True), DenseGELU(5, 12, fused=True)):
+        block.initialize(mx.init.Normal(0.5))
+        hybridize_mode(block, mode)
+        params = list(block.collect_params().values())
+        grads = []
+        for passes, req in ((1, 'write'), (2, 'add')):
+            for p in params:
+                p.grad_req = req
+            for _ in range(passes):
+                with autograd.record():
+                    loss = (block(x) ** 2).sum()
+                loss.backward()
+            grads.append([p.grad().asnumpy().copy() for p in params])
+        for one, two in zip(*grads):
+            onp.testing.assert_allclose(two, 2 * one, **tol())
 
 
 def test_encoder_fused_rowwise_equals_composed_and_keeps_parameter_names():

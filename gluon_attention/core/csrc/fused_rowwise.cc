@@ -16,6 +16,7 @@
 //   inputs : data (..., D), bias (D,).
 //   output : gelu(data + bias), erf form: z Phi(z) with Phi the standard normal CDF.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -40,34 +41,41 @@ float parse_eps(const Attrs& attrs) {
   return it == attrs.end() ? 1e-5f : std::stof(it->second);
 }
 
-// Rows [0, rows) over the worker threads, in contiguous ranges (at least 16 rows each); worker w
-// gets partial sums `part + w * 2 * d` (zeroed) for the parameter gradients, which are added
-// into dgamma (and dbeta) in worker order afterwards, so the result does not depend on timing.
+// Rows [0, rows) over the worker threads in chunks of kChunk rows, taken in turn from a shared
+// counter (a worker that the system holds back leaves its share to the others). Chunk c gets
+// partial sums `part + c * 2 * d` (zeroed) for the parameter gradients, added into dgamma (and
+// dbeta) in chunk order afterwards, so the result does not depend on the timing.
+constexpr long kChunk = 64;
+
 void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, float* dbeta) {
-  const long workers = std::max(1L, std::min<long>(ga::num_threads(), rows / 16));
+  const long chunks = (rows + kChunk - 1) / kChunk;
+  const long workers = std::max(1L, std::min<long>(ga::num_threads(), chunks));
   const bool sums = dgamma != nullptr;
-  std::vector<float> part(sums ? workers * 2 * t.d : 0, 0.0f);
-  auto work = [&](long w) {
-    ga::RowTask mine = t;
-    if (sums) {
-      mine.dgamma = part.data() + w * 2 * t.d;
-      mine.dbeta = mine.dgamma + t.d;
+  std::vector<double> part(sums ? chunks * 2 * t.d : 0, 0.0);
+  std::atomic<long> next(0);
+  auto work = [&]() {
+    for (long c = next++; c < chunks; c = next++) {
+      ga::RowTask mine = t;
+      if (sums) {
+        mine.dgamma = part.data() + c * 2 * t.d;
+        mine.dbeta = mine.dgamma + t.d;
+      }
+      kernel(mine, c * kChunk, std::min(rows, (c + 1) * kChunk));
     }
-    kernel(mine, rows * w / workers, rows * (w + 1) / workers);
   };
   std::vector<std::thread> pool;
-  for (long w = 1; w < workers; ++w) pool.emplace_back(work, w);
-  work(0);
+  for (long w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
   for (auto& th : pool) th.join();
   if (!sums) return;
   for (long j = 0; j < t.d; ++j) {
-    float g = 0.0f, b = 0.0f;
-    for (long w = 0; w < workers; ++w) {
-      g += part[w * 2 * t.d + j];
-      b += part[w * 2 * t.d + t.d + j];
+    double g = 0.0, b = 0.0;
+    for (long c = 0; c < chunks; ++c) {
+      g += part[c * 2 * t.d + j];
+      b += part[c * 2 * t.d + t.d + j];
     }
-    dgamma[j] = g;
-    if (dbeta) dbeta[j] = b;
+    dgamma[j] = static_cast<float>(g);
+    if (dbeta) dbeta[j] = static_cast<float>(b);
   }
 }
 

@@ -61,8 +61,8 @@ struct RowTask {
   const float* dy;          // backward input (N, D)
   float* dx;                // backward outputs (N, D)
   float* dres;
-  float* dgamma;            // (D,) partial sums of this call's rows, added to
-  float* dbeta;
+  double* dgamma;           // (D,) partial sums of this call's rows, added to (in double:
+  double* dbeta;            // the sums over many rows stay exact to float32)
 };
 typedef void (*RowKernel)(const RowTask& task, long r0, long r1);
 

@@ -39,6 +39,13 @@ inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm256_fmsub_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+// p[0..W) += x, in double
+inline void vacc_d(double* p, vf x) {
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), lo));
+  _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), hi));
+}
 // a where x >= 0, b elsewhere (NaN x: b)
 inline vf vsel_nonneg(vf x, vf a, vf b) {
   return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));

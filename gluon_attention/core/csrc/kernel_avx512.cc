@@ -36,6 +36,13 @@ inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+// p[0..W) += x, in double
+inline void vacc_d(double* p, vf x) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+  const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+  _mm512_storeu_pd(p, _mm512_add_pd(_mm512_loadu_pd(p), lo));
+  _mm512_storeu_pd(p + 8, _mm512_add_pd(_mm512_loadu_pd(p + 8), hi));
+}
 // a where x >= 0, b elsewhere (NaN x: b)
 inline vf vsel_nonneg(vf x, vf a, vf b) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
