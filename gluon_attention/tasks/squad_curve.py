@@ -196,16 +196,28 @@ def draw_curve(rows, path, title=''):
     return path
 
 
+def _scored_rows(path):
+    """The rows of an earlier ``curve.csv`` at ``path`` by (step, train seconds); {} if none."""
+    if not os.path.isfile(path):
+        return {}
+    return {(row['step'], row['train_seconds']): row for row in read_curve(path)}
+
+
 def run_curve(config, job):
     """Score every checkpoint, rewriting ``curve.csv`` after each; then draw ``curve.png``
-    (with ``--plot``). Returns the exit status."""
+    (with ``--plot``). A checkpoint that an earlier ``curve.csv`` already scored (same step and
+    training seconds) keeps its row, so the command can follow a run that goes on.
+    Returns the exit status."""
     # imported here: squad_train sits at the end of the job's longest import chain
     from .squad_train import build_model  # pylint: disable=import-outside-toplevel
     run = job['run']
     model = build_model(run.model_dir, run, job['contexts'])
     path, rows = os.path.join(config.output_dir, 'curve.csv'), []
+    scored = _scored_rows(path)
     for entry in job['entries']:
-        rows.append(score_checkpoint(model, entry, job))
+        seconds = _cell('train_seconds', entry['meta'].get('train_seconds'))
+        row = scored.get((entry['step'], seconds))
+        rows.append(row or score_checkpoint(model, entry, job))
         write_curve(path, rows)
         print('step {step}: null-odds AUC {null_odds_auc}, HasAns F1 {HasAns_f1}, best F1 '
               '{best_f1}, F1 {calibrated_f1} at the held-out threshold {threshold}'.format(

@@ -87,6 +87,22 @@ def test_without_matplotlib_the_csv_is_written_with_the_install_hint(curve_run, 
     assert (run / 'curve.csv').read_text() == (curve_run['run'] / 'curve.csv').read_text()
 
 
+def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_run, tmp_path):
+    """Rows of an earlier curve.csv whose step and training seconds match a checkpoint are kept
+    (a marked value survives); a missing row and a row of another checkpoint are scored."""
+    run = tmp_path / 'run'
+    shutil.copytree(curve_run['run'], run, ignore=shutil.ignore_patterns('curve.png'))
+    first, second, _ = (dict(row) for row in curve_run['rows'])
+    first['null_odds_auc'] = 0.123                           # kept: same step and seconds
+    second['null_odds_auc'], second['train_seconds'] = 0.456, second['train_seconds'] + 9
+    squad_curve.write_curve(run / 'curve.csv', [first, second])
+    config = CurveConfig(output_dir=str(run), threads=1, progress=False, plot=False)
+    assert squad_curve.run_curve(config, squad_curve.prepare_curve(config)) == 0
+    rows = squad_curve.read_curve(run / 'curve.csv')
+    assert rows[0] == first
+    assert rows[1:] == curve_run['rows'][1:]
+
+
 def test_curve_refuses_a_folder_without_run_config_or_checkpoints(curve_run, tmp_path):
     with pytest.raises(ValueError, match='run_config.json'):
         squad_curve.prepare_curve(CurveConfig(output_dir=str(tmp_path)))
