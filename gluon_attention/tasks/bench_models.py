@@ -25,8 +25,6 @@ import sys
 import tempfile
 
 from .._resources import default_model_dir
-from .bench_qa import eval_batches, export_random_qa, head_weights, onnx_runner, ours_runner, \
-    save_batches
 
 __all__ = ['MODEL_CONFIGS', 'has_transformers', 'model_rows', 'squad_step_rows',
            'qa_inference_rows', 'model_table']
@@ -125,6 +123,9 @@ class _TorchQAPeer:
 
 
 def _qa_timers(folder, batches, threads, torch_python, peer_script, model_dir):
+    # imported here: bench_qa sits at the end of the model's longest import chain
+    from .bench_qa import (  # pylint: disable=import-outside-toplevel
+        export_random_qa, head_weights, onnx_runner, ours_runner, save_batches)
     """{impl: run(index) -> seconds} and the torch peer (or None) to close."""
     inference, paths = export_random_qa(os.path.join(folder, 'qa'), batches[-1], model_dir)
     ours = ours_runner(os.path.join(folder, 'qa'))
@@ -149,6 +150,7 @@ def qa_inference_rows(peer_script, threads, torch_python=None, rounds=2, warmup=
     interpreter with torch and transformers (None: no torch row); without onnxruntime (the
     ``[onnx]`` extra) there is no ONNX Runtime row. ``max_questions`` 0 takes all the questions.
     """
+    from .bench_qa import eval_batches  # pylint: disable=import-outside-toplevel
     model_dir = str(model_dir or default_model_dir())
     questions, batches = eval_batches(max_questions, batch_size, max_seq_length,
                                       model_dir=model_dir)
