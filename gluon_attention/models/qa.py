@@ -24,8 +24,46 @@ from ..core.softmax import masked_log_softmax, masked_softmax
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
 
 
-def _dense(units):
-    return nn.Dense(units, flatten=False, weight_initializer=mx.init.Normal(0.02))
+def _dense(units, kind=nn.Dense):
+    return kind(units, flatten=False, weight_initializer=mx.init.Normal(0.02))
+
+
+@mx.util.use_np
+class _PairDense(nn.Dense):
+    """``nn.Dense(units, flatten=False)`` on every [start; token] pair, without building the
+    pairs: with ``weight = [W_s | W_t]`` split along its input axis, ``weight [s; t] + bias =
+    (W_s s + bias) + W_t t``, so each start and each token is multiplied once.
+
+    Inputs: start (B, N, C) and tokens (B, T, C) float32. Returns (B, N, T, units) float32.
+    The parameters are ``weight`` (units, 2C) and ``bias`` (units,), named as ``nn.Dense``'s
+    (checkpoints of the head that concatenated the pairs load unchanged).
+    """
+
+    def _alias(self):
+        return 'dense'          # nn.Dense's parameter names
+
+    def hybrid_forward(self, F, start, tokens, weight, bias=None):  # pylint: disable=arguments-differ
+        # The start rows meet the whole weight with zeros in the token half (exactly W_s s,
+        # N rows only): that product lets MXNet infer a deferred weight's (units, 2C) shape.
+        padded = F.np.concatenate([start, F.np.zeros_like(start)], axis=-1)    # (B, N, 2C)
+        start_part = F.npx.fully_connected(padded, weight, bias, num_hidden=self._units,
+                                           flatten=False, no_bias=bias is None)
+        token_weight = F.npx.slice(F.npx.reshape(weight, (-2, 2, -1)), (None, 1, None),
+                                   (None, 2, None))                             # (units, 1, C)
+        token_part = F.npx.fully_connected(tokens, F.np.squeeze(token_weight, 1), no_bias=True,
+                                           num_hidden=self._units, flatten=False)  # (B, T, units)
+        return F.np.expand_dims(start_part, 2) + F.np.expand_dims(token_part, 1)
+
+
+class _PairSequential(nn.HybridSequential):
+    """``nn.HybridSequential`` whose first block takes (start, tokens), the rest one array."""
+
+    def hybrid_forward(self, F, start, tokens):  # pylint: disable=arguments-differ
+        first, *rest = self._children.values()
+        hidden = first(start, tokens)
+        for block in rest:
+            hidden = block(hidden)
+        return hidden
 
 
 def _check_head_inputs(backbone, tokens, token_types, valid_length, p_mask):
@@ -82,8 +120,8 @@ class ModelForQAConditional(CheckedBlock):
         with self.name_scope():
             self.backbone = backbone
             self.start_scores = _dense(1)
-            self.end_scores = nn.HybridSequential(prefix='end_')
-            self.end_scores.add(_dense(units), nn.Activation(activation),
+            self.end_scores = _PairSequential(prefix='end_')
+            self.end_scores.add(_dense(units, _PairDense), nn.Activation(activation),
                                 ResidualLayerNorm(layer_norm_eps, units,
                                                   fused=resolve('auto')), _dense(1))
             self.answerable_scores = nn.HybridSequential(prefix='answerable_')
@@ -114,15 +152,14 @@ class ModelForQAConditional(CheckedBlock):
         """End log-probabilities conditioned on each start.
 
         contextual_embedding (B, T, C), start_positions int (B, N), p_mask (B, T)
-        -> (B, N, T) log-probabilities over end positions.
+        -> (B, N, T) log-probabilities over end positions. The end head scores every
+        [start; token] pair; its first dense layer multiplies each start and each token once
+        and adds the two (the pairs are never built).
         """
         F = get_F(contextual_embedding)
         start_feature = select_vectors_by_position(contextual_embedding, start_positions)
-        start_feature = F.np.expand_dims(start_feature, 2)                       # (B, N, 1, C)
-        tokens = F.np.expand_dims(contextual_embedding, 1)                       # (B, 1, T, C)
-        features = F.np.concatenate([start_feature + F.np.zeros_like(tokens),
-                                     tokens + F.np.zeros_like(start_feature)], axis=-1)
-        scores = F.np.squeeze(self.end_scores(features), -1)                     # (B, N, T)
+        scores = self.end_scores(start_feature, contextual_embedding)             # (B, N, T, 1)
+        scores = F.np.squeeze(scores, -1)                                         # (B, N, T)
         return masked_log_softmax(scores, F.np.expand_dims(p_mask, 1))
 
     @float32_on_cpu
