@@ -116,14 +116,14 @@ class TrainConfig(EvaluateConfig):
     lr: float = recipe_option(2e-4, 'peak learning rate (AdamW)')
     epochs: float = recipe_option(1.0, 'passes over the training features; used only when '
                                   '--max-steps is 0')
-    max_steps: int = recipe_option(270, 'training steps; > 0 wins over --epochs, 0: the steps '
+    max_steps: int = recipe_option(400, 'training steps; > 0 wins over --epochs, 0: the steps '
                                    'of --epochs passes')
     max_train_features: int = recipe_option(0, 'train on the first N kept features (0: all)')
     warmup_ratio: float = recipe_option(0.1, 'fraction of the steps with linear warm-up')
     weight_decay: float = recipe_option(0.01, 'decoupled weight decay (not on biases and '
                                         'LayerNorm)')
     max_grad_norm: float = recipe_option(1.0, 'clip the global gradient norm (0: no clipping)')
-    answerable_weight: float = recipe_option(1.0, 'weight of the answerable loss against the '
+    answerable_weight: float = recipe_option(3.0, 'weight of the answerable loss against the '
                                              'span loss')
     head_lr_mult: float = recipe_option(1.0, 'learning-rate multiplier of the three (randomly '
                                         'initialised) QA heads')
