@@ -54,7 +54,7 @@ class Emitter:
 
     def __init__(self, node, kwargs):
         lookup = kwargs['outputs_lookup']
-        self.name = node['name']
+        self.node, self.name = node, node['name']
         self.attrs = node.get('attrs', {})
         self.inputs = [lookup[i][j].name for i, j, *_ in node['inputs']]
         self.dtypes = [onp.dtype(lookup[i][j].dtype) for i, j, *_ in node['inputs']]

@@ -112,7 +112,7 @@ def _shape_pieces(e, x, codes, reverse):
         elif code == -1 or code > 0:
             pieces.append(e.const([code]))     # consumes an input axis, as in MXNet
         elif code != -3:               # -3 drops a size-1 axis
-            unsupported(node, 'npx.reshape code {}'.format(code))
+            unsupported(e.node, 'npx.reshape code {}'.format(code))
         axis, k = axis + 1, k + 1
     return pieces[::-1] if reverse else pieces
 

@@ -382,3 +382,11 @@ def test_an_operator_option_without_an_exact_onnx_form_is_a_value_error():
     from gluon_attention.tasks.onnx_ops import unsupported
     with pytest.raises(ValueError, match=r"npx.reshape code 0.*Received: op='_npx_reshape'"):
         unsupported({'op': '_npx_reshape', 'name': 'reshape0'}, 'npx.reshape code 0')
+
+
+def test_a_reshape_code_mxnet_does_not_define_is_refused_naming_the_operator():
+    from types import SimpleNamespace
+    from gluon_attention.tasks.onnx_shape_ops import _shape_pieces
+    emitter = SimpleNamespace(node={'op': '_npx_reshape', 'name': 'reshape7'})
+    with pytest.raises(ValueError, match=r"npx.reshape code -7.*Received: op='_npx_reshape'"):
+        _shape_pieces(emitter, 'x', [-7], reverse=False)
