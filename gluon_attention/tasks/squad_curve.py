@@ -127,10 +127,12 @@ def write_curve(path, rows):
 
 
 def read_curve(path):
-    """The rows of a ``curve.csv``: dicts of floats (``step`` an int, empty cells None)."""
+    """The rows of a ``curve.csv``: dicts of floats (``step`` and ``cpu_count`` ints, empty
+    cells None)."""
     with open(path, encoding='utf-8', newline='') as handle:
         rows = list(csv.DictReader(handle))
-    return [{name: (int(value) if name == 'step' else float(value)) if value != '' else None
+    return [{name: (int(value) if name in ('step', 'cpu_count') else float(value))
+             if value != '' else None
              for name, value in row.items()} for row in rows]
 
 

@@ -101,6 +101,8 @@ def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_
     rows = squad_curve.read_curve(run / 'curve.csv')
     assert rows[0] == first
     assert rows[1:] == curve_run['rows'][1:]
+    # a kept row is written back as it was first written
+    assert (run / 'curve.csv').read_text().splitlines()[1].endswith(',{}'.format(os.cpu_count()))
 
 
 def test_curve_refuses_a_folder_without_run_config_or_checkpoints(curve_run, tmp_path):
