@@ -116,7 +116,7 @@ class TrainConfig(EvaluateConfig):
     lr: float = recipe_option(2e-4, 'peak learning rate (AdamW)')
     epochs: float = recipe_option(1.0, 'passes over the training features; used only when '
                                   '--max-steps is 0')
-    max_steps: int = recipe_option(400, 'training steps; > 0 wins over --epochs, 0: the steps '
+    max_steps: int = recipe_option(520, 'training steps; > 0 wins over --epochs, 0: the steps '
                                    'of --epochs passes')
     max_train_features: int = recipe_option(0, 'train on the first N kept features (0: all)')
     warmup_ratio: float = recipe_option(0.1, 'fraction of the steps with linear warm-up')
