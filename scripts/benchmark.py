@@ -52,12 +52,12 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.configs, args.repeats, args.no_memory = 'bert128,decode', 3, True
-    args.configs = [c for c in args.configs.split(',') if c]
-    args.modes = [m for m in args.modes.split(',') if m]
+    args.configs = [c.strip() for c in args.configs.split(',') if c.strip()]
+    args.modes = [m.strip() for m in args.modes.split(',') if m.strip()]
     unknown = [c for c in args.configs if c not in CONFIG_NAMES]
-    if unknown or not set(args.modes) <= {'fwd', 'fwdbwd'} or min(args.repeats,
-                                                                   args.model_rounds) < 1:
-        parser.error('configs must be among {}, modes among fwd, fwdbwd, repeats and '
+    if (unknown or not args.configs or not set(args.modes) <= {'fwd', 'fwdbwd'}
+            or min(args.repeats, args.model_rounds) < 1):
+        parser.error('configs must be one or more of {}, modes among fwd, fwdbwd, repeats and '
                      'model-rounds >= 1. Received: configs={}, modes={}, repeats={}, '
                      'model_rounds={}'.format(CONFIG_NAMES, args.configs, args.modes,
                                               args.repeats, args.model_rounds))

@@ -224,7 +224,9 @@ def run_curve(config, job):
         print('step {step}: null-odds AUC {null_odds_auc}, HasAns F1 {HasAns_f1}, best F1 '
               '{best_f1}, F1 {calibrated_f1} at the held-out threshold {threshold}'.format(
                   **{k: _cell(k, v) for k, v in rows[-1].items()}), flush=True)
-    print('{} checkpoints scored: {}'.format(len(rows), path))
+    kept = sum(row is scored.get((row['step'], row['train_seconds'])) for row in rows)
+    print('{} checkpoints: {} scored now, {} kept from the earlier curve: {}'.format(
+        len(rows), len(rows) - kept, kept, path))
     if config.plot:
         title = 'learning curve of {}'.format(os.path.basename(os.path.abspath(config.output_dir)))
         drawn = draw_curve(read_curve(path), os.path.join(config.output_dir, 'curve.png'), title)

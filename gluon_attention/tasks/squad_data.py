@@ -44,7 +44,8 @@ def default_model_folder(model_dir):
 
 
 def check_positions(folder, lengths):
-    """Sequence lengths must fit the model's learned positions (``config.json`` of ``folder``).
+    """Sequence lengths must fit the model's learned positions (``config.json`` of ``folder``),
+    and ``freeze_layers``, when given, its number of layers.
 
     ``lengths`` maps option names to values; ValueError names the first that is too long (a
     longer input would silently read clipped positions).
@@ -53,9 +54,15 @@ def check_positions(folder, lengths):
     if not os.path.exists(config_file):
         return
     with open(config_file, encoding='utf-8') as handle:
-        positions = json.load(handle).get('max_position_embeddings')
+        model_config = json.load(handle)
+    positions = model_config.get('max_position_embeddings')
     for name, value in lengths.items():
-        if positions and value > positions:
+        if name == 'freeze_layers':
+            layers = model_config.get('num_hidden_layers')
+            if layers is not None and value > layers:
+                fail("--freeze-layers must be at most the encoder's {} layers".format(layers),
+                     freeze_layers=value)
+        elif positions and value > positions:
             fail("--{} must be at most the model's max_position_embeddings={}".format(
                 name.replace('_', '-'), positions), **{name: value})
 

@@ -69,7 +69,8 @@ def prepare_train(config):
     ``run_config.json`` is written."""
     contexts, folder = contexts_of(config), model_folder(config)
     check_positions(folder, {'max_seq_length': config.max_seq_length,
-                             'eval_max_seq_length': config.eval_max_seq_length})
+                             'eval_max_seq_length': config.eval_max_seq_length,
+                             'freeze_layers': config.freeze_layers})
     check_resumable(config)
     tokenizer = squad.load_tokenizer(folder)
     features, train_examples = load_training_features(config, tokenizer)

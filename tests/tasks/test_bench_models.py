@@ -142,3 +142,16 @@ def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
     table = script.markdown([row], info, 100.0)
     assert 'Fused kernel: avx2 path (CPU instruction sets: avx2 fma)' in table
     assert '| squad_step | train | ours | 1.600 | 10.00 features/s | 1.25x | - |' in table
+
+
+@pytest.mark.parametrize('argv', [['--configs', ''], ['--configs', ' , '],
+                                  ['--configs', 'squad_step,bogus'], ['--model-rounds', '0']])
+def test_benchmark_refuses_no_config_an_unknown_one_and_zero_rounds(argv, capsys):
+    with pytest.raises(SystemExit):
+        _benchmark_script().parse_args(argv)
+    assert 'configs must be one or more of' in capsys.readouterr().err
+
+
+def test_benchmark_configs_may_have_spaces_around_the_names():
+    configs = _benchmark_script().parse_args(['--configs', ' squad_step , qa_inference']).configs
+    assert configs == ['squad_step', 'qa_inference']

@@ -87,7 +87,8 @@ def test_without_matplotlib_the_csv_is_written_with_the_install_hint(curve_run, 
     assert (run / 'curve.csv').read_text() == (curve_run['run'] / 'curve.csv').read_text()
 
 
-def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_run, tmp_path):
+def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_run, tmp_path,
+                                                                         capsys):
     """Rows of an earlier curve.csv whose step and training seconds match a checkpoint are kept
     (a marked value survives); a missing row and a row of another checkpoint are scored."""
     run = tmp_path / 'run'
@@ -98,6 +99,7 @@ def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_
     squad_curve.write_curve(run / 'curve.csv', [first, second])
     config = CurveConfig(output_dir=str(run), threads=1, progress=False, plot=False)
     assert squad_curve.run_curve(config, squad_curve.prepare_curve(config)) == 0
+    assert '3 checkpoints: 2 scored now, 1 kept from the earlier curve' in capsys.readouterr().out
     rows = squad_curve.read_curve(run / 'curve.csv')
     assert rows[0] == first
     assert rows[1:] == curve_run['rows'][1:]

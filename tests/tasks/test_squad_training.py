@@ -11,7 +11,7 @@ from gluon_attention.data import squad
 from gluon_attention.tasks.squad import train
 from gluon_attention.tasks.squad_data import (heldout_examples, load_training_features,
                                               training_examples)
-from gluon_attention.tasks.squad_train import build_model
+from gluon_attention.tasks.squad_train import build_model, prepare_train
 from gluon_attention.tasks.squad_config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
 from gluon_attention.tasks.squad_eval import null_odds_auc
 from gluon_attention.tasks.squad_threshold import choose_null_threshold
@@ -125,3 +125,10 @@ def test_freeze_layers_beyond_the_encoder_is_refused(tmp_path):
     with pytest.raises(ValueError, match='at most the encoder.s 1 layers.*Received: '
                                          'freeze_layers=9'):
         build_model(config.model_dir, config, [mx.cpu()])
+    # the job refuses it from the model's config.json before any data is read
+    with pytest.raises(ValueError, match='at most the encoder.s 1 layers.*Received: '
+                                         'freeze_layers=9'):
+        prepare_train(dataclasses.replace(config, train_file=str(tmp_path / 'missing.json'),
+                                          eval_max_seq_length=128,
+                                          output_dir=str(tmp_path / 'run')))
+    assert not (tmp_path / 'run').exists()
