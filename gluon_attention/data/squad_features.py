@@ -25,7 +25,7 @@ from .._resources import default_model_dir
 from .squad_metric import normalize_answer
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',
-           'batchify']
+           'batchify', 'length_sorted_batches']
 
 _LOG = logging.getLogger(__name__)
 
@@ -308,3 +308,14 @@ def batchify(features, pad_id=0, round_to=None):
     batch['answerable_loss_weight'] = onp.array([f.answerable_loss_weight for f in features],
                                                 dtype=onp.float32)
     return batch
+
+
+def length_sorted_batches(features, batch_size):
+    """Feature indices in batches of ``batch_size`` features of similar length: ordered by
+    ``valid_length`` (stable), so each batch pads little (``batchify`` pads to its longest).
+
+    Returns a list of int arrays (the last batch may be shorter).
+    """
+    check_positive_int('batch_size', batch_size)
+    order = onp.argsort([f.valid_length for f in features], kind='stable')
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]

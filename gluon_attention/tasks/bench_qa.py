@@ -61,11 +61,9 @@ def eval_batches(max_questions=0, batch_size=32, max_seq_length=384, max_query_l
     examples = examples[:max_questions] if max_questions else examples
     tokenizer = squad.load_tokenizer(model_dir or default_model_dir())
     features = eval_features(examples, tokenizer, max_seq_length, max_query_length)
-    order = onp.argsort([f.valid_length for f in features], kind='stable')
     batches = []
-    for begin in range(0, len(order), batch_size):
-        arrays = squad.batchify([features[i] for i in order[begin:begin + batch_size]],
-                                round_to=8)
+    for index in squad.length_sorted_batches(features, batch_size):
+        arrays = squad.batchify([features[i] for i in index], round_to=8)
         batches.append({k: arrays[k] for k in INPUT_NAMES})
     return len(examples), batches
 

@@ -42,10 +42,8 @@ def run_onnx_squad(onnx_path, features, batch_size=32, threads=None):
     _checks.check_positive_int('batch_size', batch_size)
     session = onnx_session(onnx_path, threads)
     names = [i.name for i in session.get_inputs()]
-    order = sorted(range(len(features)), key=lambda k: features[k].valid_length)
     outputs = [None] * len(features)
-    for begin in range(0, len(order), batch_size):
-        index = order[begin:begin + batch_size]
+    for index in squad.length_sorted_batches(features, batch_size):
         arrays = squad.batchify([features[k] for k in index], round_to=8)
         result = run_onnx(session, {n: arrays[n] for n in names})
         for row, k in enumerate(index):

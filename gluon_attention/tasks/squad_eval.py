@@ -64,11 +64,6 @@ def eval_job(config, tokenizer, max_seq_length, max_query_length):
     return job
 
 
-def _batches(features, batch_size):
-    order = onp.argsort([f.valid_length for f in features], kind='stable')
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-
 def infer(model, features, config, ctx):
     """Run the inference graph of ``model`` on ``features`` (batches of similar lengths).
 
@@ -83,8 +78,8 @@ def infer(model, features, config, ctx):
 def run_batches(block, features, config, ctx):
     """One 5-tuple of NumPy outputs per feature of an inference block (or its reloaded export)."""
     outputs = [None] * len(features)
-    for index in tqdm(_batches(features, config.eval_batch_size), desc='eval', unit='batch',
-                      disable=not config.progress):
+    batches = squad.length_sorted_batches(features, config.eval_batch_size)
+    for index in tqdm(batches, desc='eval', unit='batch', disable=not config.progress):
         arrays = squad.batchify([features[i] for i in index], round_to=8)
         batch = [mx.np.array(arrays[k], dtype=arrays[k].dtype, ctx=ctx) for k in INPUT_NAMES]
         result = [o.asnumpy() for o in block(*batch)]
@@ -221,7 +216,7 @@ def check_export(inference, examples, features, outputs, config, final_predictio
     (:func:`~gluon_attention.tasks.export.export_and_check`) on every evaluation batch and compare
     the decoded predictions; writes ``export/check.json`` and returns its content."""
     prefix = os.path.join(config.output_dir, 'export', 'qa')
-    order = _batches(features, config.eval_batch_size)
+    order = squad.length_sorted_batches(features, config.eval_batch_size)
     batches = [[arrays[k] for k in INPUT_NAMES] for arrays in (
         squad.batchify([features[i] for i in index], round_to=8) for index in order)]
     reloaded, report = export_and_check(inference, prefix, batches, INPUT_NAMES, INPUT_DTYPES,
