@@ -16,8 +16,8 @@ from .._resources import default_model_dir
 from ..data import squad
 
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'titles', 'default_model_folder',
-           'check_positions', 'select_training', 'training_examples', 'load_training_features',
-           'heldout_examples', 'warn_shared_articles', 'eval_stride', 'load_eval_examples',
+           'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
+           'load_training_features', 'heldout_examples', 'warn_shared_articles', 'eval_stride', 'load_eval_examples',
            'eval_features']
 
 INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
@@ -43,12 +43,20 @@ def default_model_folder(model_dir):
     return str(model_dir) if model_dir else str(default_model_dir())
 
 
-def check_positions(folder, lengths):
-    """Sequence lengths must fit the model's learned positions (``config.json`` of ``folder``),
-    and ``freeze_layers``, when given, its number of layers.
+def check_freeze_layers(freeze_layers, num_layers):
+    """ValueError unless ``freeze_layers`` is at most the encoder's ``num_layers`` (None: not
+    known, nothing checked)."""
+    if num_layers is not None and freeze_layers > num_layers:
+        fail("--freeze-layers must be at most the encoder's {} layers".format(num_layers),
+             freeze_layers=freeze_layers)
 
-    ``lengths`` maps option names to values; ValueError names the first that is too long (a
-    longer input would silently read clipped positions).
+
+def check_model_fits(folder, options):
+    """Options that must fit the model of ``folder`` (its ``config.json``), checked before any
+    data is read: sequence lengths within its learned positions (a longer input would silently
+    read clipped positions), and ``freeze_layers``, when given, within its layers.
+
+    ``options`` maps option names to values; ValueError names the first that does not fit.
     """
     config_file = os.path.join(folder, 'config.json')
     if not os.path.exists(config_file):
@@ -56,12 +64,9 @@ def check_positions(folder, lengths):
     with open(config_file, encoding='utf-8') as handle:
         model_config = json.load(handle)
     positions = model_config.get('max_position_embeddings')
-    for name, value in lengths.items():
+    for name, value in options.items():
         if name == 'freeze_layers':
-            layers = model_config.get('num_hidden_layers')
-            if layers is not None and value > layers:
-                fail("--freeze-layers must be at most the encoder's {} layers".format(layers),
-                     freeze_layers=value)
+            check_freeze_layers(value, model_config.get('num_hidden_layers'))
         elif positions and value > positions:
             fail("--{} must be at most the model's max_position_embeddings={}".format(
                 name.replace('_', '-'), positions), **{name: value})

@@ -10,14 +10,13 @@ import time
 
 import mxnet as mx
 
-from .._checks import fail
 from ..data import squad
 from ..models.encoder import BertEncoder
 from ..models.qa import ModelForQAConditional
 from .config import write_run_config
 from .qa_folder import model_folder, save_model_folder
 from .squad import check_resumable, train
-from .squad_data import (check_positions, eval_stride, heldout_examples,
+from .squad_data import (check_freeze_layers, check_model_fits, eval_stride, heldout_examples,
                          load_training_features, warn_shared_articles)
 from .squad_eval import (NEVER_NULL, calibrate_threshold, check_export, check_onnx_export,
                          contexts_of, eval_job, infer, null_threshold, score_and_write)
@@ -52,9 +51,7 @@ def freeze_lowest_layers(backbone, num_layers):
         If ``num_layers`` exceeds the encoder's layers.
     """
     layers = backbone.encoder.layers
-    if num_layers > len(layers):
-        fail('--freeze-layers must be at most the encoder\'s {} layers'.format(len(layers)),
-             freeze_layers=num_layers)
+    check_freeze_layers(num_layers, len(layers))
     if num_layers == 0:
         return
     frozen = [backbone.word_embed, backbone.position_embed, backbone.token_type_embed,
@@ -68,7 +65,7 @@ def prepare_train(config):
     """Devices, tokenizer, training features, held-out and evaluation questions; then
     ``run_config.json`` is written."""
     contexts, folder = contexts_of(config), model_folder(config)
-    check_positions(folder, {'max_seq_length': config.max_seq_length,
+    check_model_fits(folder, {'max_seq_length': config.max_seq_length,
                              'eval_max_seq_length': config.eval_max_seq_length,
                              'freeze_layers': config.freeze_layers})
     check_resumable(config)
