@@ -28,7 +28,10 @@ so with scores of magnitude S the gradients carry a relative error of about S * 
 rounding of the difference). Measured against the float64 oracle on random inputs (both
 instruction-set paths alike): about 6e-7 at ordinary scales, 1-2e-5 with the inputs scaled x30
 (scores around 1e3) and 6-8e-4 of the largest gradient with them scaled x1000; the composed
-path, which stores the weights, stays closer there.
+path, which stores the weights, stays closer there. Underflow: exp results below 2^-126 are
+rounded to subnormal numbers on both instruction-set paths (gradual underflow, as the float64
+oracle rounded to float32); the kernel does not change the thread's MXCSR, so a caller that set
+flush-to-zero gets zeros there, on both paths alike.
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """

@@ -4,7 +4,9 @@ The path is chosen once per process, when the library loads, so each one runs in
 with ``GA_FUSED_ISA=avx2`` for the AVX2 path, and with the automatic choice for the AVX-512
 path, which must pick AVX-512 on a CPU that has it (the test is skipped elsewhere). The cases
 cross the query panels (16 / 32 rows) and blocks (128 rows), the key block (384 keys), the
-channel chunks of the row tiles, and the unpacked path for at most 4 query rows.
+channel chunks of the row tiles, and the unpacked path for at most 4 query rows. One more case
+(:func:`subnormal_case`) puts attention weights across the subnormal range: both paths keep
+subnormal results (gradual underflow), as the float64 oracle rounded to float32 does.
 """
 import json
 import os
@@ -31,6 +33,11 @@ CASES = [('NKT', (1, 2, 140, 400, 64, 64), 'per_row'),
          ('NTK', (2, 3, 37, 50, 12, 20), 'batch'),
          ('TNK', (2, 2, 40, 30, 100, 72), 'none'),
          ('TNK', (3, 2, 3, 33, 8, 5), 'per_row')]
+# Score gaps to the row maximum: e^gap from normal (e^-80) through the subnormal range
+# (2^-126 = e^-87.3 down to 2^-149 = e^-103.3) to 0.
+SUBNORMAL_GAPS = [0, -80, -86, -87, -87.5, -88, -90, -93, -96, -99, -101, -102, -102.8, -103.5,
+                  -110, -200]
+SUBNORMAL = len(CASES)      # its index among the cases the subprocess runs
 
 WORKER = textwrap.dedent('''
     import json, sys
@@ -57,6 +64,20 @@ WORKER = textwrap.dedent('''
 ''')
 
 
+def subnormal_case(rng):
+    """One head, 20 query rows (more than a panel of 16) and 16 keys: query row i meets key j
+    with the score ``SUBNORMAL_GAPS[j] * (1 + i / 200)``, and value j is the one-hot vector j, so
+    that context channel j holds the weight of key j alone (key 0 holds the maximum)."""
+    lq, lm, ck = 20, len(SUBNORMAL_GAPS), 4
+    q = onp.zeros((1, 1, lq, ck))
+    q[0, 0, :, 0] = 1 + onp.arange(lq) / 200
+    key = onp.zeros((1, 1, lm, ck))
+    key[0, 0, :, 0] = onp.array(SUBNORMAL_GAPS) * onp.sqrt(ck)    # the scale 1/sqrt(C_k)
+    v = onp.eye(lm)[None, None]
+    head = rng.normal(size=(1, lq, lm))
+    return 'NKT', q, key, v, head
+
+
 def run_path(tmp_path, isa_env):
     """Run every case in a subprocess (GA_FUSED_ISA=isa_env, or unset for None); returns the
     path the subprocess chose and the oracle comparisons to make."""
@@ -70,12 +91,16 @@ def run_path(tmp_path, isa_env):
         if lengths is not None:
             inputs['%d_vl' % i] = lengths.astype('int32')
         expected.append(oracle(q, key, v, lengths, layout, head))
+    layout, q, key, v, head = subnormal_case(rng)
+    inputs.update({'%d_q' % SUBNORMAL: q.astype('float32'), '%d_k' % SUBNORMAL: key.astype(
+        'float32'), '%d_v' % SUBNORMAL: v.astype('float32'), '%d_head' % SUBNORMAL: head})
+    expected.append(oracle(q, key, v, None, layout, head) + (head,))
     onp.savez(tmp_path / 'in.npz', **inputs)
     env = {k: v for k, v in os.environ.items() if k != fused.ISA_ENV}
     if isa_env:
         env[fused.ISA_ENV] = isa_env
     done = subprocess.run([sys.executable, '-c', WORKER, str(tmp_path / 'in.npz'),
-                           json.dumps([c[0] for c in CASES]), str(tmp_path / 'out.npz')],
+                           json.dumps([c[0] for c in CASES] + ['NKT']), str(tmp_path / 'out.npz')],
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])['isa'], \
@@ -83,7 +108,22 @@ def run_path(tmp_path, isa_env):
 
 
 def assert_matches_oracle(got, expected):
-    for i, (ctx_ref, grads_ref) in enumerate(expected):
+    """Every case within the float32 tolerances; the subnormal case's context (each weight
+    alone) and the value gradient (sums of 20 weight x head products) also within a few units
+    of the smallest subnormal, 2^-149, beside the float32 rounding of the scores (relative
+    5e-6 of the weights here); flushing the weights to 0 misses by up to 2^-126."""
+    ctx_ref, grads_ref, head = expected[SUBNORMAL]
+    assert ((ctx_ref > 2 ** -149) & (ctx_ref < 2 ** -126)).sum() >= 100    # the range is covered
+    onp.testing.assert_allclose(got['%d_ctx' % SUBNORMAL], ctx_ref, rtol=1e-5, atol=2 ** -147)
+    bound = onp.einsum('bkqm,bqc->bkmc', onp.abs(ctx_ref)[:, None], onp.abs(head))
+    miss = onp.abs(got['%d_dv' % SUBNORMAL] - grads_ref[2]) - (2 ** -144 + 2e-5 * bound)
+    assert miss.max() <= 0, miss.max()
+    for i, (ctx_ref, grads_ref) in enumerate(e[:2] for e in expected):
+        if i == SUBNORMAL:
+            for n, grad in zip('qkv', grads_ref):
+                onp.testing.assert_allclose(got['%d_d%s' % (i, n)], grad, rtol=1e-5, atol=1e-5,
+                                            err_msg='subnormal d' + n)
+            continue
         case = '{} {} lengths={}'.format(*CASES[i])
         onp.testing.assert_allclose(got['%d_ctx' % i], ctx_ref, err_msg=case, **tol())
         for n, grad in zip('qkv', grads_ref):

@@ -95,13 +95,20 @@ inline void vtranspose(vf r[8]) {
 inline vf vround(vf x) {
   return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-// p 2^n from the exponent bits (n >= -126 keeps them normal), 0 at the limit
-constexpr float kExp2Min = -126.0f;
+// p 2^n for p in [1/2, 2] and integral n in [kExp2Min, 127], rounded once, as vscalefps does on
+// the AVX-512 path: gradual underflow (subnormal results; 0 below about 2^-150). For n >= -126
+// 2^n is built from the exponent bits and the product is exact; below, p 2^(n + 64) is exact and
+// normal, and the one rounding comes with the factor 2^-64. The thread's MXCSR is not touched
+// (with FTZ set by the caller, subnormal results become 0 on both paths).
+constexpr float kExp2Min = -160.0f;
+inline vf vpow2(vf n) {  // 2^n for integral n in [-126, 127]
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
 inline vf vldexp(vf p, vf n) {
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const vf at_min = _mm256_cmp_ps(n, _mm256_set1_ps(kExp2Min), _CMP_LE_OQ);
-  return _mm256_andnot_ps(at_min, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  const vf low = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+  const vf exact = _mm256_mul_ps(p, vpow2(_mm256_add_ps(n, _mm256_and_ps(low, vset(64.0f)))));
+  return _mm256_mul_ps(exact, _mm256_blendv_ps(vset(1.0f), vset(0x1p-64f), low));
 }
 
 #include "kernel_body.inc"

@@ -90,7 +90,8 @@ inline void vtranspose(vf r[16]) {
 inline vf vround(vf x) {
   return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-// p 2^n by vscalefps: 2^-160 p rounds to exactly 0
+// p 2^n by vscalefps, rounded once: gradual underflow (subnormal results; 2^-160 p rounds to
+// exactly 0). The thread's MXCSR is not touched (with FTZ set, subnormal results become 0).
 constexpr float kExp2Min = -160.0f;
 inline vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 
