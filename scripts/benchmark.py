@@ -5,7 +5,7 @@ median time, GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fracti
 machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same
 rounds, and for the long configurations the peak memory of a separate process per
 implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
-``gluon_attention.tasks.bench_models``): throughput and ratio to PyTorch + transformers and
+``gluon_attention.tasks.bench.models``): throughput and ratio to PyTorch + transformers and
 ONNX Runtime; ``--modes`` does not apply to them.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
@@ -104,7 +104,7 @@ def memory_of(impl, config, mode, args, python):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if impl == 'torch_sdpa':
         cmd = [python, TORCH_WORKER, '--memory', '--threads', str(args.threads)]
-        from gluon_attention.tasks import bench
+        from gluon_attention.tasks.bench import attention as bench
         request = {'shape': bench.CONFIGS[config], 'mode': mode,
                    'lengths': bench.valid_lengths(config).tolist()}
         stdin = json.dumps(request) + '\n'
@@ -122,7 +122,7 @@ def memory_of(impl, config, mode, args, python):
 
 def measure(args, torch_peer, python, on_row=None):
     """Rows of the table; ``on_row(rows)`` is called after each configuration and mode."""
-    from gluon_attention.tasks import bench
+    from gluon_attention.tasks.bench import attention as bench
     rows = []
     for config in [c for c in args.configs if c not in MODEL_CONFIGS]:
         for mode in args.modes:
@@ -162,13 +162,25 @@ def measure(args, torch_peer, python, on_row=None):
             print('{} {} done'.format(config, mode), flush=True)
             if on_row:
                 on_row(rows)
-    from gluon_attention.tasks.bench_models import model_rows
     for config in [c for c in args.configs if c in MODEL_CONFIGS]:
-        rows += model_rows(config, SCRIPTS, args.threads, python, args.model_rounds)
+        rows += model_rows(config, args.threads, python, args.model_rounds)
         print('{} done'.format(config), flush=True)
         if on_row:
             on_row(rows)
     return rows
+
+
+def model_rows(config, threads, torch_python, rounds):
+    """The rows of a whole-model configuration ('squad_step' or 'qa_inference') at full size;
+    ``torch_python`` None, or one without transformers: no torch row."""
+    from gluon_attention.tasks.bench import models, qa
+    if torch_python and not models.has_transformers(torch_python):
+        torch_python = None
+    if config == 'squad_step':
+        return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
+                                      torch_python, rounds=rounds)
+    return qa.qa_inference_rows(os.path.join(SCRIPTS, 'bench_qa_torch_peer.py'), threads,
+                                torch_python, rounds=rounds)
 
 
 def versions(args, torch_peer):
@@ -191,7 +203,7 @@ def versions(args, torch_peer):
 
 
 def markdown(rows, info, limit):
-    from gluon_attention.tasks.bench_models import model_table
+    from gluon_attention.tasks.bench.models import model_table
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
              'Python {python}; commit {commit}.'.format(**info),
@@ -216,7 +228,7 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # before mxnet is imported
     from mxnet import npx
-    from gluon_attention.tasks import bench
+    from gluon_attention.tasks.bench import attention as bench
     npx.set_np()
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))

@@ -37,7 +37,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ['--'] else args.command
-    from gluon_attention.tasks.launch import launch_local
+    from gluon_attention.tasks.engine.launch import launch_local
     # SIGTERM unwinds like Ctrl-C, so the started processes are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return launch_local(command, args.num_workers, args.num_servers, timeout=args.timeout,

@@ -21,8 +21,8 @@ COMMANDS = ('train', 'evaluate', 'predict', 'curve')
 
 def build_parser():
     """The command line: one sub-command per config class of the job."""
-    from gluon_attention.tasks.config import add_arguments
-    from gluon_attention.tasks.squad_config import (CurveConfig, EvaluateConfig, PredictConfig,
+    from gluon_attention.tasks.engine.config import add_arguments
+    from gluon_attention.tasks.squad.config import (CurveConfig, EvaluateConfig, PredictConfig,
                                                     TrainConfig)
     parser = argparse.ArgumentParser(prog='run_squad.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -40,9 +40,9 @@ def build_parser():
 def parse_config(argv):
     """argv -> (command name, config); a bad value or a --model-dir that is not a model folder
     exits with status 2 and a one-line error, before any data is read."""
-    from gluon_attention.tasks.config import from_args
-    from gluon_attention.tasks.qa_folder import model_folder
-    from gluon_attention.tasks.squad_config import check_config
+    from gluon_attention.tasks.engine.config import from_args
+    from gluon_attention.tasks.squad.folder import model_folder
+    from gluon_attention.tasks.squad.config import check_config
     if not argv or argv[0] not in COMMANDS + ('-h', '--help'):
         argv = ['train'] + list(argv)
     parser = build_parser()
@@ -62,11 +62,11 @@ def main(argv=None):
     import mxnet as mx
     mx.npx.set_np()
     command, config = parse_config(argv)
-    from gluon_attention.tasks import squad_curve, squad_infer, squad_train
-    prepare, run = {'train': (squad_train.prepare_train, squad_train.run_train),
-                    'evaluate': (squad_infer.prepare_evaluate, squad_infer.run_evaluate),
-                    'predict': (squad_infer.prepare_predict, squad_infer.run_predict),
-                    'curve': (squad_curve.prepare_curve, squad_curve.run_curve)}[command]
+    from gluon_attention.tasks.squad import curve, infer, train
+    prepare, run = {'train': (train.prepare_train, train.run_train),
+                    'evaluate': (infer.prepare_evaluate, infer.run_evaluate),
+                    'predict': (infer.prepare_predict, infer.run_predict),
+                    'curve': (curve.prepare_curve, curve.run_curve)}[command]
     try:            # what the command line names must exist before any work starts
         prepared = prepare(config)
     except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file

@@ -47,7 +47,7 @@ def _ours(args, ids, spans):
     from mxnet import autograd
     from gluon_attention.models.encoder import BertEncoder
     from gluon_attention.models.qa import ModelForQAConditional, qa_loss
-    from gluon_attention.tasks.distributed import DataParallel
+    from gluon_attention.tasks.engine.distributed import DataParallel
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
         args.model_dir, attention_dropout=0.0,

@@ -22,8 +22,8 @@ import argparse
 
 def build_parser():
     """The command line: the options of NLIConfig, then the modes that use a trained model."""
-    from gluon_attention.tasks.config import add_arguments
-    from gluon_attention.tasks.nli_config import NLIConfig
+    from gluon_attention.tasks.engine.config import add_arguments
+    from gluon_attention.tasks.nli.config import NLIConfig
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1])
@@ -59,9 +59,9 @@ def _check_modes(args):
 def main(argv=None):
     """Run the mode the command line names; returns what the library function returns."""
     import mxnet as mx
-    from gluon_attention.tasks import nli
-    from gluon_attention.tasks.config import from_args
-    from gluon_attention.tasks.nli_config import NLIConfig, check_config
+    from gluon_attention.tasks.nli import job as nli
+    from gluon_attention.tasks.engine.config import from_args
+    from gluon_attention.tasks.nli.config import NLIConfig, check_config
     parser = build_parser()
     args = parser.parse_args(argv)
     config = from_args(NLIConfig, args)

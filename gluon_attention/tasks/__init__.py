@@ -1,2 +1,3 @@
-"""The jobs and their tools: SQuAD and NLI training, evaluation and prediction, training
-utilities, export, benchmark helpers. The top layer: scripts call it."""
+"""The jobs and their tools, one folder per product: ``engine`` (what the jobs share: training
+loop, data parallel, optimiser, checkpoints, configs, launcher), ``export`` (MXNet and ONNX),
+``squad`` and ``nli`` (the two jobs) and ``bench`` (benchmarks). The top layer: scripts call it."""

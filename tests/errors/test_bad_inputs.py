@@ -21,7 +21,7 @@ from gluon_attention.export import export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
-from gluon_attention.tasks import common, training
+from gluon_attention.tasks.engine import common, training
 
 
 @mx.util.use_np

@@ -1,4 +1,4 @@
-"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli): the command line (every flag
+"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli.job): the command line (every flag
 with its default, the --ctx grammar), one tiny run through every mode (train, export check,
 run_config.json, evaluate, predict, plot) and the resumption of an interrupted run.
 
@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from gluon_attention.data import snli
-from gluon_attention.tasks import common, nli
-from gluon_attention.tasks.config import read_run_config
-from gluon_attention.tasks.nli_config import NLIConfig
+from gluon_attention.tasks.engine import common
+from gluon_attention.tasks.engine.config import read_run_config
+from gluon_attention.tasks.nli import job as nli
+from gluon_attention.tasks.nli.config import NLIConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED = ROOT / 'gluon_attention' / 'resources' / 'snli'

@@ -13,7 +13,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from gluon_attention.tasks import bench_models, bench_qa
+from gluon_attention.tasks.bench import models as bench_models, qa as bench_qa
 
 from squad_tiny import ROOT, make_tiny_bert
 
@@ -47,8 +47,8 @@ def _check_rows(rows, config, mode, unit, amount):
 
 
 def test_qa_inference_rows_time_every_question_of_each_runtime(tiny_bert):
-    rows = bench_models.qa_inference_rows('unused', 1, None, rounds=1, warmup=0,
-                                          model_dir=tiny_bert, **TINY_QA)
+    rows = bench_qa.qa_inference_rows('unused', 1, None, rounds=1, warmup=0,
+                                      model_dir=tiny_bert, **TINY_QA)
     impls = {r['impl'] for r in rows}
     has_onnx = importlib.util.find_spec('onnxruntime') is not None
     assert impls == ({'ours_exported', 'onnxruntime'} if has_onnx else {'ours_exported'})
@@ -107,8 +107,8 @@ def test_torch_peer_computes_our_outputs(tiny_bert, tmp_path):
                                              onnx=False)
     weights = {'head/' + k: v for k, v in bench_qa.head_weights(inference).items()}
     path = bench_qa.save_batches(str(tmp_path / 'batches.npz'), batches, weights)
-    peer = bench_models._TorchQAPeer(python, str(ROOT / 'scripts' / 'bench_qa_torch_peer.py'),
-                                     1, tiny_bert, path)
+    peer = bench_qa._TorchQAPeer(python, str(ROOT / 'scripts' / 'bench_qa_torch_peer.py'),
+                                 1, tiny_bert, path)
     try:
         peer.proc.stdin.write('{"batch": 0, "save": "%s"}\n' % (tmp_path / 'out.npz'))
         peer.proc.stdin.flush()

@@ -1,4 +1,4 @@
-"""tasks.export.export_and_check: export, reload with SymbolBlock.imports, compare.
+"""tasks.export.block.export_and_check: export, reload with SymbolBlock.imports, compare.
 
 The reloaded graph is checked against the float64 oracle at batch sizes and lengths other than the
 export's; the report's difference is shown to be measured (a perturbed reload is caught); the
@@ -14,7 +14,7 @@ from mxnet.gluon import nn
 import reference as ref
 from conftest import tol
 from gluon_attention.core import cells, fused
-from gluon_attention.tasks import export
+from gluon_attention.tasks.export import block as export
 
 NAMES, DTYPES = ['query', 'key', 'value', 'valid_length'], ['float32'] * 3 + ['int32']
 

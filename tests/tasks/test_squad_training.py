@@ -8,13 +8,14 @@ import numpy as onp
 import pytest
 
 from gluon_attention.data import squad
-from gluon_attention.tasks.squad import train
-from gluon_attention.tasks.squad_data import (heldout_examples, load_training_features,
+from gluon_attention.tasks.squad.config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
+from gluon_attention.tasks.squad.data import (heldout_examples, load_training_features,
                                               training_examples)
-from gluon_attention.tasks.squad_train import build_model, prepare_train
-from gluon_attention.tasks.squad_config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
-from gluon_attention.tasks.squad_eval import null_odds_auc
-from gluon_attention.tasks.squad_threshold import choose_null_threshold
+from gluon_attention.tasks.squad.evaluation import null_odds_auc
+from gluon_attention.tasks.squad.loop import train
+from gluon_attention.tasks.squad.model import build_model
+from gluon_attention.tasks.squad.threshold import choose_null_threshold
+from gluon_attention.tasks.squad.train import prepare_train
 from squad_tiny import make_tiny_bert, make_train_file
 
 

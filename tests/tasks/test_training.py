@@ -7,9 +7,9 @@ import numpy as onp
 import pytest
 from mxnet import gluon
 
-from gluon_attention.tasks.common import parse_ctx
-from gluon_attention.tasks.distributed import DataParallel
-from gluon_attention.tasks.training import linear_warmup_decay
+from gluon_attention.tasks.engine.common import parse_ctx
+from gluon_attention.tasks.engine.distributed import DataParallel
+from gluon_attention.tasks.engine.training import linear_warmup_decay
 
 
 def _adamw_steps(weight, grads, lr, wd, betas=(0.9, 0.999), eps=1e-6):

@@ -1,0 +1,68 @@
+"""Typed job configurations: one dataclass per job holds every option, its default and its help;
+the command line is generated from it, and a run writes it to ``<output-dir>/run_config.json``.
+
+A field is declared with :func:`option`; its type comes from the default (``bool`` fields become
+``--name/--no-name`` switches). ``config.json`` is reserved for model folders.
+"""
+import argparse
+import dataclasses
+import json
+import os
+
+from ... import _checks
+from .common import atomic_write_json
+
+__all__ = ['option', 'add_arguments', 'from_args', 'write_run_config', 'read_run_config',
+           'RUN_CONFIG']
+
+RUN_CONFIG = 'run_config.json'
+
+
+def option(default, help, choices=None):  # pylint: disable=redefined-builtin
+    """A config field with its default, help text and optional choices (shown by ``--help``)."""
+    return dataclasses.field(default=default, metadata={'help': help, 'choices': choices})
+
+
+def add_arguments(parser, config_class, skip=()):
+    """Add one ``--field-name`` flag per field of ``config_class`` (defaults shown in help)."""
+    for field in dataclasses.fields(config_class):
+        if field.name in skip:
+            continue
+        flag = '--' + field.name.replace('_', '-')
+        meta = dict(field.metadata)
+        text = '{} (default: {})'.format(meta.get('help', ''), field.default)
+        if isinstance(field.default, bool):
+            parser.add_argument(flag, dest=field.name, default=field.default, help=text,
+                                action=argparse.BooleanOptionalAction)
+        else:
+            kind = type(field.default) if field.default is not None else str
+            parser.add_argument(flag, dest=field.name, default=field.default, type=kind,
+                                choices=meta.get('choices'), help=text, metavar=None)
+    return parser
+
+
+def from_args(config_class, namespace):
+    """The config whose fields are the namespace's values of the same names."""
+    values = vars(namespace)
+    return config_class(**{f.name: values[f.name] for f in dataclasses.fields(config_class)
+                           if f.name in values})
+
+
+def write_run_config(folder, config):
+    """Write ``config`` (a dataclass) to ``folder/run_config.json``; returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, RUN_CONFIG)
+    atomic_write_json(path, dataclasses.asdict(config))
+    return path
+
+
+def read_run_config(folder, config_class):
+    """The config a run wrote to ``folder/run_config.json`` (unknown keys raise ValueError)."""
+    path = os.path.join(folder, RUN_CONFIG)
+    with open(path, encoding='utf-8') as handle:
+        values = json.load(handle)
+    names = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        _checks.fail('{} holds options this version does not know'.format(path), options=unknown)
+    return config_class(**values)

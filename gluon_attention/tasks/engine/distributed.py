@@ -1,0 +1,275 @@
+"""Data-parallel training over MXNet's kvstore: several devices, processes or machines.
+
+One engine for every layout: :class:`DataParallel` wraps ``gluon.Trainer`` with
+``update_on_kvstore=False``. The kvstore (``device`` or ``local`` inside a process, ``dist_sync``
+or ``dist_device_sync`` across processes, over ps-lite) only sums gradients; every worker clips
+the summed gradient by its global norm and runs the same optimizer update on its own copy of
+the parameters and optimizer state, so all copies stay equal.
+
+A step's batch is the *global* batch: every worker computes the same schedule from the seed and
+takes its slice (:meth:`DataParallel.shard`), splits it into micro-batches (gradient
+accumulation) and each micro-batch over its devices. Losses are summed over examples and the
+update divides by the global batch size, so in exact arithmetic a run gives the same parameters
+whatever the number of workers, devices and micro-batches; a checkpoint (written by rank 0)
+resumes under any layout. :func:`train_steps` is the loop the jobs share.
+
+Why no updates on the servers: a server runs its loop inside ``import mxnet``, before it could
+import our optimizer (unpickling it fails, and the workers still exit 0 with the raw summed
+gradient as weights); MXNet's ``Optimizer.__getstate__`` drops the per-parameter multipliers;
+``Trainer.save_states`` refuses distributed state. ``dist_async`` needs updates on the servers
+and is refused.
+"""
+import collections
+import dataclasses
+import math
+import time
+import warnings
+
+import mxnet as mx
+import numpy as onp
+from mxnet import autograd, gluon
+
+from ... import _checks
+from . import optim      # also registers the 'adamw' optimizer
+from .common import seed_step
+from .launch import create_kvstore
+from .training import CheckpointManager, linear_warmup_decay
+
+__all__ = ['DataParallel', 'StepConfig', 'StepResult', 'train_steps']
+
+
+@mx.util.use_np
+class DataParallel:
+    """``gluon.Trainer`` over a kvstore with the jobs' step: sum, clip, update.
+
+    Parameters
+    ----------
+    params : list of gluon.Parameter or ParameterDict
+        Initialized on the devices to train on (``initialize(ctx=[...])``); those with
+        ``grad_req='null'`` are left out. Their ``grad_req`` becomes ``'add'`` (micro-batches
+        accumulate; :meth:`step` zeroes the gradients). ``lr_mult``/``wd_mult`` are honoured.
+    kvstore : str
+        One of :data:`~gluon_attention.tasks.engine.launch.KVSTORES`
+        (:func:`~gluon_attention.tasks.engine.launch.create_kvstore`).
+    optimizer : str or mx.optimizer.Optimizer
+        Default ``'adamw'`` (:class:`~gluon_attention.tasks.engine.optim.AdamW`).
+    optimizer_params : dict, optional
+        Passed to the optimizer, e.g. ``{'wd': 0.01}``.
+
+    Raises
+    ------
+    ValueError
+        As ``create_kvstore``, or a parameter whose shape is still unknown (deferred
+        initialization: run one forward pass first), or no trainable parameter.
+
+    Attributes
+    ----------
+    trainer : gluon.Trainer
+    contexts : list of mx.Context
+    rank, num_workers : int
+        This worker's kvstore rank and the number of workers (0 and 1 without ``dist_*``).
+    is_chief : bool
+        ``rank == 0``: the worker that evaluates and writes files.
+    """
+
+    def __init__(self, params, kvstore='device', optimizer='adamw', optimizer_params=None):
+        params = list(params.values()) if hasattr(params, 'values') else list(params)
+        self.params = [p for p in params if p.grad_req != 'null']
+        deferred = [p.name for p in self.params
+                    if p._deferred_init]  # pylint: disable=protected-access
+        if deferred or not self.params:
+            _checks.fail('expected trainable parameters of known shapes (run one forward pass '
+                         'before building the engine)', deferred=deferred,
+                         trainable=len(self.params))
+        store = create_kvstore(kvstore)
+        for param in self.params:
+            param.grad_req = 'add'
+        self.trainer = gluon.Trainer(self.params, optimizer, optimizer_params, kvstore=store,
+                                     update_on_kvstore=False)
+        # Join the kvstore now: rank 0's parameters reach every worker before the first forward.
+        self.trainer._init_kvstore()  # pylint: disable=protected-access
+        self.trainer._init_params()  # pylint: disable=protected-access
+        self.contexts = list(self.trainer._contexts)  # pylint: disable=protected-access
+        dist = isinstance(store, mx.kv.KVStore)
+        self.rank, self.num_workers = (store.rank, store.num_workers) if dist else (0, 1)
+        self.is_chief = self.rank == 0
+        self._fed = set()
+        self._zero_grads()
+
+    def shard(self, batch):
+        """This worker's contiguous slice of a global batch (a sequence of example indices).
+
+        Slice sizes differ by at most one; a worker may get none of a batch smaller than the
+        number of workers.
+        """
+        return onp.array_split(onp.asarray(batch), self.num_workers)[self.rank]
+
+    def forward_backward(self, loss_fn, arrays):
+        """Split ``arrays`` over the devices, record ``loss_fn`` on each part, backpropagate.
+
+        Parameters
+        ----------
+        loss_fn : callable
+            ``loss_fn(part)`` -> the loss *summed* over the part's examples, a () or (B,) array
+            (``part`` maps the keys of ``arrays`` to ``mx.np`` arrays on one device).
+        arrays : dict of str to numpy.ndarray
+            This worker's examples along axis 0, the same number N >= 0 in every array; the
+            first min(N, devices) devices get contiguous parts.
+
+        Returns
+        -------
+        float
+            The summed loss of these examples. Gradients add to those already accumulated.
+        """
+        sizes = {len(value) for value in arrays.values()}
+        if len(sizes) != 1:
+            _checks.fail('expected the same number of examples in every array',
+                         sizes={k: len(v) for k, v in arrays.items()})
+        size = sizes.pop()
+        if size == 0:
+            return 0.0
+        contexts = self.contexts[:size]
+        loaded = {key: gluon.utils.split_and_load(
+            mx.np.array(value, dtype=value.dtype, ctx=contexts[0]), contexts, even_split=False)
+                  for key, value in arrays.items()}
+        parts = [{key: loaded[key][i] for key in arrays} for i in range(len(contexts))]
+        with autograd.record():
+            losses = [loss_fn(part) for part in parts]
+        autograd.backward(losses)
+        self._fed.update(contexts)
+        return sum(float(loss.sum()) for loss in losses)
+
+    def step(self, batch_size, lr, max_grad_norm=None):
+        """Sum the gradients over devices and workers, clip, update, zero the gradients.
+
+        Parameters
+        ----------
+        batch_size : int
+            Examples in the global batch (all workers): the update uses the summed gradient
+            divided by it.
+        lr : float
+            Learning rate of this step (times each parameter's ``lr_mult``).
+        max_grad_norm : float, optional
+            Clip the mean gradient to this global L2 norm; 0 or None: no clipping.
+
+        Returns
+        -------
+        float
+            The global norm of the mean gradient before clipping. When it is not finite the
+            update is skipped (every worker sees the same sum, so all skip) with a warning.
+        """
+        batch_size = _checks.check_positive_int('batch_size', batch_size)
+        for ctx in self.contexts:
+            if ctx not in self._fed:    # no example here this step: zero gradients count
+                for param in self.params:
+                    param.data(ctx)._fresh_grad = True  # pylint: disable=protected-access
+        self.trainer.allreduce_grads()
+        limit = max_grad_norm * batch_size if max_grad_norm else float('inf')
+        norms = [gluon.utils.clip_global_norm([p.grad(ctx).as_nd_ndarray() for p in self.params],
+                                              limit, check_isfinite=False)
+                 for ctx in self.contexts]     # every device holds the same sum
+        norm = float(norms[0].asscalar()) / batch_size
+        if math.isfinite(norm):
+            self.trainer.set_learning_rate(lr)
+            self.trainer.update(batch_size)
+        else:
+            warnings.warn('gradient norm is {}: update skipped'.format(norm))
+        self._zero_grads()
+        return norm
+
+    def _zero_grads(self):
+        for param in self.params:     # Parameter.zero_grad fails on mx.np arrays in 1.9.1
+            for grad in param.list_grad():
+                grad[:] = 0
+        self._fed.clear()
+
+    def state_dict(self):
+        """The optimizer state as NumPy arrays (:func:`~.optim.trainer_state_dict`); the same
+        on every worker, so rank 0 saves it for all."""
+        return optim.trainer_state_dict(self.trainer)
+
+    def load_state_dict(self, state):
+        """Load a :meth:`state_dict`, also one saved under another layout of workers and
+        devices (:func:`~.optim.load_trainer_state`)."""
+        optim.load_trainer_state(self.trainer, state)
+
+
+@dataclasses.dataclass
+class StepConfig:
+    """What :func:`train_steps` reads from a job's config (any object with these fields)."""
+    seed: int = 0
+    lr: float = 1e-3
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    grad_accum_steps: int = 1
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+
+
+#: One finished step: index, this worker's mean loss, learning rate, gradient norm, examples.
+StepResult = collections.namedtuple('StepResult', 'step loss lr grad_norm examples')
+
+
+def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_dir=None,
+                meta=None, on_step=None, schedule=None):
+    """Run (or resume) the steps of ``batches`` with ``engine``; returns (first step, seconds).
+
+    Parameters
+    ----------
+    net : gluon.Block
+        The model whose parameters are checkpointed.
+    engine : DataParallel
+    loss_fn : callable
+        As in :meth:`DataParallel.forward_backward`.
+    batches : list of sequences of int
+        The global batches of the whole run, the same on every worker.
+    load_batch : callable
+        ``load_batch(indices)`` -> dict of NumPy arrays for those examples (axis 0).
+    config : StepConfig or a job config with the same fields
+        ``seed``: step s reseeds with ``seed_step(seed, s * num_workers + rank)``;
+        ``grad_accum_steps``: micro-batches per worker and step; ``checkpoint_every``: save
+        every N steps (0: only after the last); ``keep_checkpoints``: how many of the newest
+        checkpoints stay on disk (0: every one; 2 when the config has no such field).
+    checkpoint_dir : str, optional
+        Resume from the newest intact checkpoint there; rank 0 saves (every worker must read
+        the same folder: a shared file system across machines).
+    meta : dict, optional
+        Stored with each checkpoint, plus ``train_seconds`` summed over resumed runs.
+    on_step : callable, optional
+        Called on every worker with a :class:`StepResult` after each step.
+    schedule : callable, optional
+        ``schedule(step, total_steps)`` -> learning rate; default linear warm-up and decay
+        from ``config.lr`` over ``config.warmup_ratio``.
+
+    Returns
+    -------
+    (int, float)
+        The step this call started from (0, or the resumed checkpoint's), and the training
+        seconds of the whole run.
+    """
+    keep = getattr(config, 'keep_checkpoints', 2) or None
+    manager = CheckpointManager(checkpoint_dir, keep) if checkpoint_dir else None
+    entry = manager.latest() if manager else None
+    begin, earlier = 0, 0.0
+    if entry is not None:
+        manager.restore(entry, net, engine, engine.contexts)
+        begin, earlier = entry['step'], float(entry['meta'].get('train_seconds', 0.0))
+        if engine.is_chief:
+            print('resuming from step {} of {}'.format(begin, len(batches)), flush=True)
+    schedule = schedule or (lambda s, n: linear_warmup_decay(s, n, config.lr, config.warmup_ratio))
+    started, seconds = time.time(), earlier
+    for step in range(begin, len(batches)):
+        seed_step(config.seed, step * engine.num_workers + engine.rank)
+        shard, loss = engine.shard(batches[step]), 0.0
+        for ids in onp.array_split(shard, config.grad_accum_steps):
+            loss += engine.forward_backward(loss_fn, load_batch(ids)) if len(ids) else 0.0
+        lr = schedule(step, len(batches))
+        norm = engine.step(len(batches[step]), lr, config.max_grad_norm)
+        seconds = round(earlier + time.time() - started, 1)
+        if on_step is not None:
+            on_step(StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard)))
+        last = step + 1 == len(batches)
+        every = config.checkpoint_every
+        if manager and engine.is_chief and (last or (every and (step + 1) % every == 0)):
+            manager.save(step + 1, net, engine, dict(meta or {}, train_seconds=seconds))
+    return begin, seconds

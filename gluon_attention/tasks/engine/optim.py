@@ -1,0 +1,192 @@
+"""AdamW as a registered MXNet optimizer, for ``gluon.Trainer`` (``Trainer(params, 'adamw', ...)``).
+
+Adam with decoupled weight decay (Loshchilov & Hutter 2019) and bias correction, one call of
+MXNet's fused ``adamw_update`` operator per parameter. Per-parameter learning-rate and decay
+multipliers are the Gluon ones (``Parameter.lr_mult``, ``Parameter.wd_mult``); biases and
+LayerNorm ``gamma``/``beta`` are not decayed (a name pattern, :data:`NO_DECAY`).
+
+The update of step t (1-based, counted per parameter), with ``g`` the gradient times
+``rescale_grad`` (``1 / batch_size`` under ``Trainer.update(batch_size)``)::
+
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    w -= lr * lr_mult * (sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+                         + wd * wd_mult * w)
+
+``epsilon`` is added to the uncorrected ``sqrt(v)``, as in Kingma & Ba (2015, section 2) and
+BERT's optimizer. The state of a parameter is ``(m, v)``, float32 ``mx.nd`` arrays shaped like
+the weight; the step counts are MXNet's per-device counts (``Optimizer._index_update_count``).
+
+:func:`trainer_state_dict` and :func:`load_trainer_state` save and restore the optimizer state
+of a ``gluon.Trainer`` with updates on the workers (any optimizer), where
+``Trainer.save_states`` refuses a distributed kvstore.
+"""
+import math
+import re
+
+import mxnet as mx
+import numpy as onp
+
+from ... import _checks
+
+__all__ = ['AdamW', 'NO_DECAY', 'trainer_state_dict', 'load_trainer_state']
+
+#: Parameters whose name matches this pattern get no weight decay (biases, LayerNorm gamma/beta).
+NO_DECAY = r'(bias|gamma|beta)$'
+
+
+def _classic(array):
+    """The ``mx.nd`` view of an ``mx.np`` array (shared memory); an ``mx.nd`` array as it is."""
+    return array.as_nd_ndarray() if isinstance(array, mx.np.ndarray) else array
+
+
+@mx.optimizer.register
+class AdamW(mx.optimizer.Optimizer):
+    """Adam with decoupled weight decay and bias correction (registered as ``'adamw'``).
+
+    Parameters
+    ----------
+    learning_rate : float
+        The peak rate; schedules call ``Trainer.set_learning_rate`` every step.
+    beta1, beta2 : float in [0, 1)
+        Decay rates of the first and second moment estimates.
+    epsilon : float > 0
+        Added to ``sqrt(v)`` (see the module docstring).
+    no_decay : str or None
+        Parameters whose name matches this regular expression (``re.search``) are not decayed;
+        None decays every parameter. Default :data:`NO_DECAY`.
+    **kwargs
+        ``wd`` (decoupled decay, default 0), ``rescale_grad``, ``clip_gradient`` (element-wise,
+        before the moments), ``multi_precision``, ``param_dict``: as for every MXNet optimizer.
+
+    Raises
+    ------
+    ValueError
+        A beta outside [0, 1), an epsilon that is not a finite number > 0, or a negative ``wd``.
+    TypeError
+        ``no_decay`` is neither a string nor None.
+
+    Weights and gradients may be float32 ``mx.np`` or ``mx.nd`` arrays (float16 weights with
+    ``multi_precision=True``). A non-finite or zero ``rescale_grad`` skips the update (the
+    operator's rule).
+    """
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 no_decay=NO_DECAY, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1 = _checks.check_probability('beta1', beta1)
+        self.beta2 = _checks.check_probability('beta2', beta2)
+        self.epsilon = _checks.check_positive_real('epsilon', epsilon)
+        if not self.wd >= 0:
+            _checks.fail('wd must be a number >= 0', wd=self.wd)
+        if no_decay is not None and not isinstance(no_decay, str):
+            _checks.fail_type('no_decay must be a regular expression (str) or None',
+                              no_decay=no_decay)
+        self.no_decay = no_decay
+        self._rescale = {}          # context -> (value, (1,) array holding it)
+
+    def create_state(self, index, weight):
+        weight = _classic(weight)
+        return (mx.nd.zeros(weight.shape, ctx=weight.context, dtype='float32'),
+                mx.nd.zeros(weight.shape, ctx=weight.context, dtype='float32'))
+
+    def _name(self, index):
+        if index in self.param_dict:
+            return self.param_dict[index].name
+        return self.idx2name.get(index, str(index))
+
+    def _rescale_array(self, ctx):
+        """``rescale_grad`` as the (1,) float32 array the operator takes, one per context."""
+        value = float(self.rescale_grad)
+        cached = self._rescale.get(ctx)
+        if cached is None or cached[0] != value:
+            cached = (value, mx.nd.full((1,), value, ctx=ctx, dtype='float32'))
+            self._rescale[ctx] = cached
+        return cached[1]
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        step = self._index_update_count[index]
+        wd = self._get_wd(index)
+        if self.no_decay is not None and re.search(self.no_decay, self._name(index)):
+            wd = 0.0
+        weight, grad = _classic(weight), _classic(grad)
+        mean, var = state
+        mx.nd.contrib.adamw_update(
+            weight, grad, mean, var, rescale_grad=self._rescale_array(weight.context),
+            lr=math.sqrt(1 - self.beta2 ** step) / (1 - self.beta1 ** step),
+            eta=self._get_lr(index), beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
+            wd=wd, clip_gradient=self.clip_gradient or -1.0, out=weight)
+
+
+def _leaves(state):
+    """The arrays of an optimizer state (an array, None, or nested tuples/lists of them)."""
+    if state is None:
+        return []
+    if isinstance(state, (tuple, list)):
+        return [leaf for item in state for leaf in _leaves(item)]
+    return [state]
+
+
+def trainer_state_dict(trainer):
+    """The optimizer state of ``trainer`` (its first device's copy) as NumPy arrays.
+
+    Keys: ``num_update``, ``count_<i>`` (the updates of parameter i, what bias correction
+    counts) and ``state_<i>_<j>`` (the j-th array of its state, e.g. AdamW's m and v), i
+    indexing the trainer's parameters in order. For ``numpy.savez``.
+    """
+    # pylint: disable=protected-access
+    optimizer, updater = trainer.optimizer, trainer._updaters[0]
+    counts = optimizer._all_index_update_counts.get(trainer._contexts[0].device_id, {})
+    state = {'num_update': onp.array(optimizer.num_update)}
+    for index in sorted(updater.states):
+        state['count_%d' % index] = onp.array(counts.get(index, 0))
+        for j, leaf in enumerate(_leaves(updater.states[index])):
+            state['state_%d_%d' % (index, j)] = leaf.asnumpy()
+    return state
+
+
+def load_trainer_state(trainer, state):
+    """Load a :func:`trainer_state_dict` into every device's copy of ``trainer``'s state.
+
+    The state of a parameter not updated yet is created first (the optimizer's
+    ``create_state_multi_precision``), then overwritten.
+
+    Raises
+    ------
+    ValueError
+        A parameter index, array count or shape that does not fit this trainer's parameters
+        and optimizer.
+    """
+    # pylint: disable=protected-access
+    optimizer = trainer.optimizer
+    counts = {int(k[len('count_'):]): int(v) for k, v in state.items() if k.startswith('count_')}
+    for updater, ctx in zip(trainer._updaters, trainer._contexts):
+        for index in counts:
+            _load_param_state(trainer, updater, ctx, index, state)
+        optimizer._all_index_update_counts[ctx.device_id] = dict(counts)
+    optimizer._set_current_context(trainer._contexts[0].device_id)
+    optimizer.num_update = int(state['num_update'])
+
+
+def _load_param_state(trainer, updater, ctx, index, state):
+    # pylint: disable=protected-access
+    params, optimizer = trainer._params, trainer.optimizer
+    if index >= len(params):
+        _checks.fail('expected an optimizer state for {} parameters'.format(len(params)),
+                     index=index)
+    if index not in updater.states:
+        weight = params[index].data(ctx)
+        if not getattr(optimizer, 'allow_np_array', False):
+            weight = weight.as_nd_ndarray()
+        updater.states[index] = optimizer.create_state_multi_precision(index, weight)
+    updater.states_synced[index] = True
+    leaves = _leaves(updater.states[index])
+    saved = [state.get('state_%d_%d' % (index, j)) for j in range(len(leaves))]
+    extra = 'state_%d_%d' % (index, len(leaves)) in state
+    if extra or any(s is None or s.shape != l.shape for s, l in zip(saved, leaves)):
+        _checks.fail('the optimizer state does not fit parameter {} ({}, state shapes {})'.format(
+            index, params[index].name, [l.shape for l in leaves]),
+            saved=[None if s is None else s.shape for s in saved])
+    for leaf, value in zip(leaves, saved):
+        leaf[:] = value

@@ -1,0 +1,210 @@
+"""Export a hybridized block, load it back without its Python class, and check that it agrees.
+
+:func:`export_and_check` is the one export path of the jobs and scripts: it writes
+``<prefix>-symbol.json``, ``<prefix>-0000.params`` and ``<prefix>-inputs.json`` (through
+:func:`export_block`), reloads them with ``SymbolBlock.imports`` (through :func:`import_block`,
+which loads the fused kernel first when the graph uses it) and compares both blocks on every batch.
+``python -m gluon_attention.export PREFIX INPUTS.npz OUTPUTS.npz`` runs an exported model in a
+fresh process on saved batches (``batch<i>/<input name>`` arrays) and saves its outputs
+(``batch<i>/out<j>``).
+"""
+import json
+import os
+import sys
+import warnings
+
+import mxnet as mx
+import numpy as onp
+
+from ... import _checks
+from ...core import fused
+from ..engine.common import atomic_path, atomic_write_json
+
+__all__ = ['export_and_check', 'export_block', 'import_block', 'run_exported']
+
+
+def _graph_files(prefix, epoch):
+    return {'symbol': '%s-symbol.json' % prefix, 'params': '%s-%04d.params' % (prefix, epoch)}
+
+
+def export_block(block, prefix, input_names, input_dtypes, epoch=0):
+    """Export a hybridized block that has been called at least once; every file is written
+    atomically, ``<prefix>-inputs.json`` last.
+
+    Parameters
+    ----------
+    block : HybridBlock
+        Hybridized and run once (so its graph is cached).
+    prefix : str
+        Path prefix of the written files; its folder is created.
+    input_names, input_dtypes : list of str
+        Human names and dtypes of the positional inputs, in call order (recorded in
+        ``<prefix>-inputs.json``; the graph's own input names are ``data0``, ``data1``, ...).
+
+    Returns
+    -------
+    dict
+        The paths of the ``symbol``, ``params`` and ``inputs`` files.
+
+    Raises
+    ------
+    ValueError
+        ``input_names`` and ``input_dtypes`` differ in length.
+    """
+    if len(input_names) != len(input_dtypes):
+        _checks.fail('input_names and input_dtypes must have the same length',
+                     input_names=input_names, input_dtypes=input_dtypes)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    paths = _graph_files(prefix, epoch)
+    staged_prefix = '%s.tmp%d' % (prefix, os.getpid())
+    staged = _graph_files(staged_prefix, epoch)
+    try:
+        block.export(staged_prefix, epoch=epoch)
+        with open(staged['symbol'], encoding='utf-8') as f:
+            text = f.read()
+        used = [op for op in fused.LIBRARY_OPS if '"{}"'.format(op) in text]
+        for kind in ('params', 'symbol'):
+            with atomic_path(paths[kind]) as tmp:
+                os.replace(staged[kind], tmp)
+    finally:
+        for path in staged.values():
+            if os.path.exists(path):
+                os.remove(path)
+    graph_names = ['data'] if len(input_names) == 1 else [
+        'data%d' % i for i in range(len(input_names))]
+    spec = {'graph_input_names': graph_names, 'input_names': list(input_names),
+            'input_dtypes': list(input_dtypes), 'epoch': epoch,
+            'mxnet_version': mx.__version__, 'numpy_mode': True}
+    if used:
+        spec['custom_operators'] = dict.fromkeys(
+            used, 'the fused kernel library: `import gluon_attention` (or mx.library.load of '
+                  'gluon_attention.fused.library_path()) before SymbolBlock.imports')
+    paths['inputs'] = '%s-inputs.json' % prefix
+    atomic_write_json(paths['inputs'], spec)
+    return paths
+
+
+def import_block(prefix, ctx=None):
+    """Load what :func:`export_block` wrote as a ``SymbolBlock`` (numpy mode).
+
+    Returns ``(block, spec)`` where ``spec`` is the inputs JSON. Raises ValueError when a file is
+    missing, RuntimeError when the graph needs the fused kernel and it cannot be loaded.
+    """
+    spec_path = '%s-inputs.json' % prefix
+    if not os.path.exists(spec_path):
+        _checks.fail('an exported model needs {}'.format(spec_path), prefix=prefix)
+    with open(spec_path, encoding='utf-8') as f:
+        spec = json.load(f)
+    if set(fused.LIBRARY_OPS) & set(spec.get('custom_operators', {})) and not fused.load():
+        raise RuntimeError('{} uses the fused kernel library, which cannot be loaded here: '
+                           '{}'.format(prefix, fused.load_error()))
+    files = _graph_files(prefix, spec['epoch'])
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')     # "Cannot decide type for the following arguments"
+        with mx.util.np_shape(True), mx.util.np_array(True):
+            block = mx.gluon.SymbolBlock.imports(files['symbol'], spec['graph_input_names'],
+                                                 files['params'], ctx=ctx or mx.cpu())
+    return block, spec
+
+
+def _run(block, batch, dtypes, ctx):
+    """Outputs of ``block`` on the first ``len(dtypes)`` items of ``batch`` as NumPy arrays."""
+    inputs = [mx.np.array(x, dtype=dtype, ctx=ctx) for x, dtype in zip(batch, dtypes)]
+    out = block(*inputs)
+    flat = []
+    for item in (out if isinstance(out, (list, tuple)) else [out]):
+        flat.extend(item if isinstance(item, (list, tuple)) else [item])
+    return [o.asnumpy() for o in flat]
+
+
+def _max_abs_diff(want, got):
+    """Largest absolute difference in float64; equal values (NaN with NaN, inf with inf) count 0
+    and any other NaN counts as inf."""
+    if want.shape != got.shape:
+        return float('inf')
+    same = (want == got) | (onp.isnan(want) & onp.isnan(got))
+    delta = onp.where(same, 0.0, onp.abs(want.astype('float64') - got.astype('float64')))
+    return float(onp.nan_to_num(delta, nan=onp.inf).max()) if delta.size else 0.0
+
+
+def export_and_check(block, prefix, batches, input_names, input_dtypes, ctx=None):
+    """Hybridize, export, reload with ``SymbolBlock.imports`` and compare on every batch.
+
+    Parameters
+    ----------
+    block : HybridBlock
+        Initialized. Hybridized here when it is not yet (no static shapes, so the exported graph
+        takes any batch size B and any sequence lengths).
+    prefix : str
+        Path prefix: ``<prefix>-symbol.json``, ``<prefix>-0000.params`` and
+        ``<prefix>-inputs.json`` are written atomically (its folder is created).
+    batches : sequence of sequences of arrays
+        Each batch holds the positional inputs in call order (NumPy or ``mx.np`` arrays, any B
+        and lengths); items beyond ``len(input_names)`` (labels, indices) are ignored.
+        ``batches[0]`` builds the graph.
+    input_names, input_dtypes : list of str
+        Names (recorded in the inputs JSON) and dtypes (used to build the inputs) of the
+        positional inputs.
+    ctx : mx.Context, optional
+        Where both blocks run (default CPU).
+
+    Returns
+    -------
+    (SymbolBlock, dict)
+        The reloaded block (graph inputs ``data0``, ``data1``, ... in call order; ``data`` for a
+        single input) and the report: ``max_abs_diff`` (float, largest absolute difference over
+        every output of every batch, computed in float64), ``num_batches`` and the ``symbol``,
+        ``params`` and ``inputs`` paths.
+
+    Raises
+    ------
+    ValueError
+        ``batches`` is empty, or ``input_names`` and ``input_dtypes`` differ in length.
+    """
+    if not batches:
+        _checks.fail('export_and_check needs at least one batch', num_batches=0)
+    ctx = ctx or mx.cpu()
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        if not getattr(block, '_active', False):
+            block.hybridize()
+        _run(block, batches[0], input_dtypes, ctx)
+        paths = export_block(block, prefix, input_names, input_dtypes)
+        reloaded, _ = import_block(prefix, ctx)
+        diff = 0.0
+        for batch in batches:
+            for want, got in zip(_run(block, batch, input_dtypes, ctx),
+                                 _run(reloaded, batch, input_dtypes, ctx)):
+                diff = max(diff, _max_abs_diff(want, got))
+    return reloaded, dict(paths, max_abs_diff=diff, num_batches=len(batches))
+
+
+def run_exported(prefix, batches, ctx=None):
+    """Run an exported model on a list of input tuples; returns lists of NumPy outputs."""
+    block, spec = import_block(prefix, ctx)
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        return [_run(block, batch, [x.dtype for x in batch], ctx or mx.cpu())
+                for batch in batches]
+
+
+def _main(argv):
+    if len(argv) != 3:
+        print('usage: python -m gluon_attention.export PREFIX INPUTS.npz OUTPUTS.npz')
+        return 2
+    prefix, inputs_path, outputs_path = argv
+    _, spec = import_block(prefix)
+    with onp.load(inputs_path) as data:
+        count = len({k.split('/')[0] for k in data.files})
+        batches = [[data['batch%d/%s' % (i, n)] for n in spec['input_names']]
+                   for i in range(count)]
+    results = run_exported(prefix, batches)
+    arrays = {'batch%d/out%d' % (i, j): o for i, outs in enumerate(results)
+              for j, o in enumerate(outs)}
+    with atomic_path(outputs_path) as tmp:
+        with open(tmp, 'wb') as handle:
+            onp.savez(handle, **arrays)
+    print('ran {} batches through {}'.format(count, prefix))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(_main(sys.argv[1:]))

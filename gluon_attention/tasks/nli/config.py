@@ -1,0 +1,68 @@
+"""The options of the NLI job (``scripts/train_nli.py``), declared once with defaults and help.
+
+``--help`` and ``<output-dir>/run_config.json`` are generated from :class:`NLIConfig`. Every option
+except those in :data:`RUN_OPTIONS` shapes the trained model: a checkpoint only resumes a run whose
+other options are all equal.
+"""
+import dataclasses
+
+from ... import _checks
+from ..engine.common import parse_devices
+from ..engine.config import option
+from ..engine.launch import KVSTORES
+
+__all__ = ['NLIConfig', 'RUN_OPTIONS', 'check_config']
+
+#: Options that may change between a killed run and its resumption (where and how it runs).
+RUN_OPTIONS = ('output_dir', 'ctx', 'kvstore', 'threads', 'progress')
+
+
+@dataclasses.dataclass
+class NLIConfig:
+    """Decomposable attention on SNLI: data, model sizes, optimisation and where to run."""
+    train: str = option('', "training pairs: a .jsonl(.gz) file or a one-sentence-per-line "
+                        "prefix such as .../esnli_infersent_format/dev ('': the packaged e-SNLI "
+                        'dev pairs)')
+    valid: str = option('', "validation files, comma-separated ('': the two packaged SNLI jsonl "
+                        'subsets); their pairs are removed from the training pairs')
+    glove: str = option('none', "GloVe text file (.txt or .gz), 'sample' (the packaged 100-word "
+                        "sample) or 'none'")
+    min_count: int = option(1, 'a training token enters the vocabulary this many times or more')
+    max_length: int = option(50, 'sentences are cut to this many tokens')
+    max_train: int = option(0, 'use only the first N training pairs (0: all)')
+    embed_size: int = option(100, 'word embedding size')
+    num_hiddens: int = option(200, 'hidden size of the attend, compare and aggregate networks')
+    dropout: float = option(0.2, 'dropout before every dense layer, in [0, 1)')
+    epochs: int = option(6, 'passes over the training pairs')
+    max_steps: int = option(0, 'stop after this many updates (0: no limit)')
+    batch_size: int = option(64, 'pairs per update (batches are bucketed by length)')
+    lr: float = option(1e-3, 'Adam learning rate')
+    weight_decay: float = option(0.0, 'Adam weight decay')
+    seed: int = option(0, 'initialisation seed; step k reseeds dropout and shuffling from '
+                       '(seed, k), so runs repeat exactly')
+    output_dir: str = option('runs/nli', 'run folder: run_config.json, checkpoints/, the model '
+                             '(best.params, vocab.json, config.json), metrics.json, the export; '
+                             '--evaluate, --predict and --plot-attention read the model here')
+    ctx: str = option('cpu', "devices: cpu, gpu, cpu(N), gpu(N), comma-separated (data parallel)")
+    kvstore: str = option(
+        'device', 'gradient summation: device or local in one process; dist_sync or '
+                  'dist_device_sync in a job started by scripts/launch.py (--batch-size stays '
+                  'the pairs of one update, shared among the workers)', choices=KVSTORES)
+    threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
+    progress: bool = option(True, 'show progress bars')
+
+
+def check_config(config):
+    """Raise ValueError (naming the option and its value) for a value no run can use."""
+    for name in ('min_count', 'max_length', 'embed_size', 'num_hiddens', 'epochs', 'batch_size'):
+        _checks.check_positive_int(name, getattr(config, name))
+    for name in ('max_train', 'max_steps', 'threads'):
+        if getattr(config, name) < 0:
+            _checks.fail('{} must be 0 or more'.format(name), **{name: getattr(config, name)})
+    if not 0 <= config.dropout < 1:
+        _checks.fail('dropout must lie in [0, 1)', dropout=config.dropout)
+    _checks.check_positive_real('lr', config.lr)
+    if config.weight_decay < 0:
+        _checks.fail('weight_decay must be 0 or more', weight_decay=config.weight_decay)
+    parse_devices(config.ctx)   # the grammar, and every GPU named exists
+    return config

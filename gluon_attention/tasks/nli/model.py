@@ -1,0 +1,159 @@
+"""The NLI model folder and data: reading the pairs of a run, saving and loading the trained
+model, logits over a data set, and heat maps of the alignment (:func:`plot_attention`).
+
+A model folder holds ``best.params``, ``vocab.json`` and ``config.json`` (the model's own
+configuration: sizes, vocabulary size, ``max_length``, the training majority label).
+"""
+import json
+import os
+
+import mxnet as mx
+import numpy as onp
+
+from ... import _checks
+from ...data import snli
+from ...models.nli import DecomposableAttention
+from ..engine.common import atomic_path, atomic_write_json, parse_ctx
+
+__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'load_valid', 'load_data',
+           'load_model', 'save_model_config', 'plot_attention']
+
+#: The positional inputs of the model and of its exported graph (``data0`` ... ``data3``).
+INPUT_NAMES = ['premise', 'hypothesis', 'premise_valid_length', 'hypothesis_valid_length']
+INPUT_DTYPES = ['int32'] * 4
+EVAL_BATCH_SIZE = 256
+
+
+def _to_mx(batch, ctx):
+    """The four model inputs of a :class:`~gluon_attention.data.snli.Batch` on ``ctx`` (int32)."""
+    return [mx.np.array(x, dtype='int32', ctx=ctx) for x in batch[:4]]
+
+
+def predict_logits(model, batches, num_examples, ctx=None):
+    """Logits for a whole data set, in data-set order.
+
+    Parameters
+    ----------
+    model : DecomposableAttention or SymbolBlock
+        Called positionally with (premise, hypothesis, premise_valid_length,
+        hypothesis_valid_length).
+    batches : iterable of :class:`~gluon_attention.data.snli.Batch`
+    num_examples : int
+        N, the size of the data set the batches cover.
+    ctx : mx.Context, optional (default CPU)
+
+    Returns
+    -------
+    ndarray
+        float32 (N, num_classes) NumPy logits; row i belongs to example i.
+    """
+    ctx = ctx or mx.cpu()
+    out = None
+    for batch in batches:
+        logits = model(*_to_mx(batch, ctx)).asnumpy()
+        if out is None:
+            out = onp.zeros((num_examples, logits.shape[1]), dtype=onp.float32)
+        out[batch.index] = logits
+    return out
+
+
+def load_valid(config):
+    """The validation pairs of ``config``: its ``valid`` files, or the packaged jsonl subsets."""
+    paths = [p for p in config.valid.split(',') if p] or snli.default_paths()['valid']
+    return snli.concat_pairs([snli.read_snli(p) for p in paths])
+
+
+def load_data(config):
+    """``(train pairs, validation pairs, number of training pairs removed)``: the training pairs
+    that also occur in the validation files are removed. Raises ValueError or OSError naming the
+    file (and record) when a data file is missing or malformed."""
+    valid = load_valid(config)
+    train_pairs = snli.read_snli(config.train or snli.default_paths()['train'])
+    train_pairs, removed = snli.remove_overlap(train_pairs, valid)
+    if config.max_train:
+        keep = slice(0, config.max_train)
+        train_pairs = snli.NLIPairs(train_pairs.premises[keep], train_pairs.hypotheses[keep],
+                                    train_pairs.labels[keep], train_pairs.num_skipped,
+                                    train_pairs.source)
+    return train_pairs, valid, removed
+
+
+def load_model(folder, ctx=None):
+    """``(model, vocab, model_config)`` of the model folder a training run wrote.
+
+    Raises ValueError when ``folder`` holds no trained model.
+    """
+    files = [os.path.join(folder, name) for name in ('config.json', 'vocab.json', 'best.params')]
+    if not all(os.path.exists(path) for path in files):
+        _checks.fail('a trained model folder holds config.json, vocab.json and best.params '
+                     '(train one with scripts/train_nli.py --output-dir FOLDER)', folder=folder)
+    with open(files[0], encoding='utf-8') as handle:
+        model_config = json.load(handle)
+    vocab = snli.Vocab.load(files[1])
+    model = DecomposableAttention(len(vocab), **model_config['model'])
+    model.load_parameters(files[2], ctx=ctx or mx.cpu())
+    return model, vocab, model_config
+
+
+def save_model_config(config, vocab, majority):
+    """Write ``vocab.json`` and ``config.json`` of the model ``config`` describes (atomically)."""
+    with atomic_path(os.path.join(config.output_dir, 'vocab.json')) as tmp:
+        vocab.save(tmp)
+    atomic_write_json(os.path.join(config.output_dir, 'config.json'), {
+        'model': {'embed_size': config.embed_size, 'num_hiddens': config.num_hiddens,
+                  'dropout': config.dropout},
+        'vocab_size': len(vocab), 'max_length': config.max_length, 'majority_label': majority})
+
+
+def _import_pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend; ImportError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ImportError('plotting needs matplotlib: pip install gluon_attention[plots] (or '
+                          'pip install matplotlib)') from err
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+@mx.util.use_np
+def plot_attention(config, count):
+    """Heat maps of the premise-to-hypothesis alignment of the first ``count`` validation pairs.
+
+    Reads the model of ``config.output_dir`` and the validation files of ``config``; each panel
+    shows the weights (L_p, L_h) with which a premise token attends to the hypothesis tokens
+    (rows sum to 1). Writes ``<output_dir>/attention.png`` and returns its path.
+
+    Raises
+    ------
+    ValueError
+        ``count`` is not a positive integer, or there is no trained model.
+    ImportError
+        matplotlib is not installed (``pip install gluon_attention[plots]``).
+    """
+    _checks.check_positive_int('count', count)
+    plt = _import_pyplot()
+    ctx = parse_ctx(config.ctx)[0]
+    model, vocab, model_config = load_model(config.output_dir, ctx)
+    valid = load_valid(config)
+    count = min(count, len(valid))
+    fig, axes = plt.subplots(1, count, figsize=(5 * count, 5), squeeze=False)
+    for k, ax in enumerate(axes[0]):
+        one = snli.NLIPairs(valid.premises[k:k + 1], valid.hypotheses[k:k + 1],
+                            valid.labels[k:k + 1])
+        batch = next(snli.iter_batches(snli.encode_pairs(one, vocab, model_config['max_length']),
+                                       1))
+        weights = model.alignment(*_to_mx(batch, ctx))[0][0].asnumpy()   # (L_p, L_h)
+        ax.imshow(weights, cmap='viridis', vmin=0, vmax=1)
+        ax.set_yticks(range(weights.shape[0]), snli.tokenize(valid.premises[k])[:weights.shape[0]])
+        ax.set_xticks(range(weights.shape[1]),
+                      snli.tokenize(valid.hypotheses[k])[:weights.shape[1]], rotation=90)
+        ax.set_title('gold: {}'.format(snli.LABELS[valid.labels[k]]))
+    fig.tight_layout()
+    path = os.path.join(config.output_dir, 'attention.png')
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=80, format='png')
+    plt.close(fig)
+    print('wrote', path)
+    return path

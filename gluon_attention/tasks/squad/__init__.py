@@ -1,0 +1,3 @@
+"""The SQuAD 2.0 job (``scripts/run_squad.py``): options, data, training loop, model folder,
+evaluation, prediction, the null threshold, the learning curve and the ONNX check. Imports
+:mod:`gluon_attention.tasks.engine` and :mod:`gluon_attention.tasks.export`, never ``nli``."""

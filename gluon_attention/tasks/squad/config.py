@@ -1,0 +1,250 @@
+"""The options of the SQuAD job, one dataclass per command of ``scripts/run_squad.py``.
+
+Every option is declared once, with its default and help text; ``--help`` and
+``<output-dir>/run_config.json`` are generated from these classes. Options declared with
+:func:`recipe_option` shape the trained model (data, sizes, optimisation, seed): a checkpoint only
+resumes a run whose recipe options are all equal (:func:`recipe`); the others (where to write,
+devices, threads, progress bars, evaluation and decoding) may change between a killed run and its
+resumption.
+"""
+import dataclasses
+import math
+from typing import Optional
+
+from ..._checks import fail
+from ..engine.config import option
+from ..engine.launch import KVSTORES
+
+__all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
+           'recipe_option',
+           'recipe', 'check_config', 'threshold_override', 'EVAL_TITLES', 'THRESHOLD_TITLES']
+
+#: The two articles of the shipped evaluation file, left out of training by default.
+EVAL_TITLES = 'Normans,Computational_complexity_theory'
+#: Two SQuAD 2.0 training articles (not in the SQuAD 1.1 file) held out to choose the threshold.
+THRESHOLD_TITLES = 'Huguenot,Scottish_Parliament'
+
+
+def recipe_option(default, help, choices=None):  # pylint: disable=redefined-builtin
+    """An :func:`~gluon_attention.tasks.engine.config.option` that is part of the training
+    recipe."""
+    field = option(default, help, choices)
+    return dataclasses.field(default=default, metadata=dict(field.metadata, recipe=True))
+
+
+@dataclasses.dataclass
+class QAOptions:
+    """What every command shares: the model, where to write, devices, decoding."""
+    model_dir: Optional[str] = option(
+        None, 'the fine-tuned model folder to load, as train writes it (config.json, '
+              'model.safetensors, qa_head.safetensors, qa_config.json, tokenizer files); None: '
+              '<output-dir>/model')
+    output_dir: str = option('runs/squad', 'the run folder: train writes run_config.json, '
+                             'metrics, predictions, checkpoints/, model/ and export/ there; '
+                             'evaluate and predict read <output-dir>/model (unless --model-dir) '
+                             'and write into <output-dir>/evaluate/ or <output-dir>/predict/, '
+                             "never over the train run's files")
+    eval_batch_size: int = option(32, 'features per inference batch')
+    n_best_size: int = option(20, 'distinct answer texts kept per question')
+    max_answer_length: int = option(30, 'longest answer, in tokens')
+    start_top_n: int = option(5, 'start positions searched per chunk')
+    end_top_n: int = option(5, 'end positions searched per start')
+    null_score_diff_threshold: str = option(
+        'auto', "a question's answer is '' where its null score difference (log P(impossible) - "
+                "log P(answerable), minimum over its chunks) exceeds this number; 'auto': the "
+                'threshold chosen on the held-out training articles (see --threshold-titles), '
+                'saved in the model folder')
+    ctx: str = option('cpu', "devices, e.g. cpu, gpu(0), 'cpu(0),cpu(1)' (data parallel)")
+    threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
+    progress: bool = option(True, 'show progress bars')
+
+
+@dataclasses.dataclass
+class EvaluateConfig(QAOptions):
+    """evaluate: score a model folder on a SQuAD file with answers."""
+    eval_file: str = option('haystack-small', 'SQuAD json to evaluate on (a path, or a shipped '
+                            'name: haystack-small, cs224n-16articles, v1.1-24articles)')
+    max_eval_examples: int = option(0, 'evaluate only the first N questions (0: all)')
+    version_2_with_negative: int = option(
+        1, "1: SQuAD 2.0 (questions may have no answer); 0: SQuAD 1.1 (never predict '', "
+           'leave impossible questions out, report exact, f1, total)', choices=(0, 1))
+
+
+@dataclasses.dataclass
+class PredictConfig(QAOptions):
+    """predict: answer the questions of a SQuAD-format file, or one question about one context."""
+    predict_file: str = option('', 'SQuAD-format json whose questions to answer (answers, if '
+                               'any, are ignored); writes predictions.json, null_odds.json and '
+                               'nbest_predictions.json to <output-dir>/predict/')
+    question: str = option('', 'one question (with --context): print its answer')
+    context: str = option('', 'the paragraph that --question is about')
+
+
+@dataclasses.dataclass
+class TrainConfig(EvaluateConfig):
+    """train (the default command): fine-tune, save, evaluate, export."""
+    model_dir: Optional[str] = recipe_option(
+        None, 'pretrained encoder folder (config.json, model.safetensors, tokenizer.json or '
+              'vocab.txt); None: the embedded all-MiniLM-L6-v2')
+    version_2_with_negative: int = recipe_option(
+        1, "1: SQuAD 2.0; 0: SQuAD 1.1 (impossible questions are left out of training and "
+           "evaluation, '' is never predicted, the report has exact, f1, total)", choices=(0, 1))
+    train_file: str = recipe_option('cs224n-16articles', 'SQuAD json to train on (a path, or a '
+                                    'shipped name: cs224n-16articles, haystack-small, '
+                                    'v1.1-24articles)')
+    extra_train_file: str = recipe_option('v1.1-24articles', "more training data ('' for none)")
+    exclude_titles: str = recipe_option(EVAL_TITLES, 'comma-separated article titles left out '
+                                        'of training (the evaluation articles); each must be in '
+                                        "a training file ('': none)")
+    threshold_titles: str = recipe_option(
+        THRESHOLD_TITLES, "comma-separated articles of --train-file held out of training (from "
+                          "both training files): the null threshold is the one with the best F1 "
+                          "on their questions ('': no held-out articles, threshold 0)")
+    max_seq_length: int = recipe_option(128, 'training chunk length, in tokens')
+    eval_max_seq_length: int = option(384, 'evaluation chunk length, in tokens')
+    doc_stride: int = recipe_option(64, 'distance between training chunk starts, in tokens')
+    max_query_length: int = recipe_option(32, 'questions are cut to this many tokens')
+    impossible_ratio: float = recipe_option(
+        1.0, 'fraction of the features of unanswerable questions kept for training (with '
+             '--plausible-spans: of their chunks holding the plausible answer)')
+    no_answer_chunk_ratio: float = recipe_option(
+        0.05, 'fraction kept of the chunks that miss the answer (and, with --plausible-spans, '
+              'the plausible answer)')
+    batch_size: int = recipe_option(16, 'training features per forward pass')
+    grad_accum_steps: int = recipe_option(
+        1, 'forward passes whose gradients add up to one step (a step holds batch-size x '
+           'grad-accum-steps features)')
+    lr: float = recipe_option(2e-4, 'peak learning rate (AdamW)')
+    epochs: float = recipe_option(1.0, 'passes over the training features; used only when '
+                                  '--max-steps is 0')
+    max_steps: int = recipe_option(520, 'training steps; > 0 wins over --epochs, 0: the steps '
+                                   'of --epochs passes')
+    max_train_features: int = recipe_option(0, 'train on the first N kept features (0: all)')
+    warmup_ratio: float = recipe_option(0.1, 'fraction of the steps with linear warm-up')
+    weight_decay: float = recipe_option(0.01, 'decoupled weight decay (not on biases and '
+                                        'LayerNorm)')
+    max_grad_norm: float = recipe_option(1.0, 'clip the global gradient norm (0: no clipping)')
+    answerable_weight: float = recipe_option(3.0, 'weight of the answerable loss against the '
+                                             'span loss')
+    head_lr_mult: float = recipe_option(1.0, 'learning-rate multiplier of the three (randomly '
+                                        'initialised) QA heads')
+    plausible_spans: int = recipe_option(1, 'train the span heads on the plausible answers of '
+                                         'impossible questions', choices=(0, 1))
+    null_head_articles: str = recipe_option(
+        'all', "articles whose features train the answerable head ('with-impossible': only "
+               'articles that also have impossible questions)', choices=('all', 'with-impossible'))
+    freeze_word_embeddings: int = recipe_option(1, 'keep the word embeddings fixed',
+                                                choices=(0, 1))
+    freeze_layers: int = recipe_option(
+        0, 'keep the embeddings and the lowest N encoder layers fixed (their backward pass is '
+           'skipped: more steps per minute)')
+    classifier_dropout: float = recipe_option(0.1, 'dropout inside the answerable head')
+    dropout: float = recipe_option(0.1, 'encoder hidden dropout')
+    attention_dropout: float = recipe_option(
+        0.0, 'encoder attention dropout (0 skips the (B, K, T, T) dropout and allows the fused '
+             'attention kernel)')
+    seed: int = recipe_option(7, 'seed of the data selection, the shuffles and every step')
+    checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
+    keep_checkpoints: int = option(2, 'checkpoints kept on disk, the newest (0: every one, for '
+                                   'the learning curve of the curve command)')
+    kvstore: str = option(
+        'device', 'gradient summation: device or local in one process; dist_sync or '
+                  'dist_device_sync in a job started by scripts/launch.py (a step then holds '
+                  'batch-size x grad-accum-steps x workers features)', choices=KVSTORES)
+    skip_export: bool = option(False, 'skip exporting the inference graph and its reload check')
+    onnx: bool = option(True, 'also export to ONNX and check it in ONNX Runtime on the '
+                        'evaluation questions (needs the [onnx] extra)')
+
+
+@dataclasses.dataclass
+class CurveConfig:
+    """curve: score every kept checkpoint of a train run (curve.csv, curve.png)."""
+    output_dir: str = option('runs/squad', 'the train run: its run_config.json gives the recipe, '
+                             'the held-out and the evaluation questions; its checkpoints/ are '
+                             'scored; curve.csv and curve.png are written there')
+    eval_batch_size: int = option(32, 'features per inference batch')
+    ctx: str = option('cpu', "the device to score on, e.g. cpu, gpu(0)")
+    threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
+    progress: bool = option(True, 'show progress bars')
+    plot: bool = option(True, 'also draw curve.png (needs matplotlib: the [plots] extra)')
+
+
+def recipe(config):
+    """The recipe options of ``config`` as a dict (what a checkpoint must match to resume)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.metadata.get('recipe')}
+
+
+_POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
+             'batch_size', 'grad_accum_steps', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
+             'max_answer_length', 'start_top_n', 'end_top_n')
+_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints')
+_FINITE = ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight', 'head_lr_mult')
+_FRACTIONS = ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio')
+_DROPOUTS = ('dropout', 'attention_dropout', 'classifier_dropout')
+
+
+def check_config(config):
+    """Check the value ranges of a config's options.
+
+    Raises
+    ------
+    ValueError
+        Naming the flag, what it must be, and ``Received: name=value``.
+    """
+    values = dataclasses.asdict(config)
+
+    def each(names):
+        return [(name, values[name]) for name in names if name in values]
+
+    for name, value in each(_POSITIVE):
+        if value <= 0:
+            fail('--{} must be a positive integer'.format(_flag(name)), **{name: value})
+    for name, value in each(_COUNTS):
+        if value < 0:
+            fail('--{} must be >= 0'.format(_flag(name)), **{name: value})
+    for name, value in each(_FINITE + _FRACTIONS):
+        if not 0 <= value < math.inf:                      # also rejects nan
+            fail('--{} must be a finite number >= 0'.format(_flag(name)), **{name: value})
+    for name, value in each(_FRACTIONS):
+        if value > 1:
+            fail('--{} is a fraction in [0, 1]'.format(_flag(name)), **{name: value})
+    for name, value in each(_DROPOUTS):
+        if not 0 <= value < 1:
+            fail('--{} must lie in [0, 1)'.format(_flag(name)), **{name: value})
+    if isinstance(config, TrainConfig) and config.max_steps == 0 and config.epochs <= 0:
+        fail('--epochs must be > 0 when --max-steps is 0', epochs=config.epochs,
+             max_steps=config.max_steps)
+    if isinstance(config, QAOptions):
+        threshold_override(config)
+    if isinstance(config, PredictConfig) and bool(config.predict_file) == bool(
+            config.question or config.context):
+        fail('predict needs either --predict-file or both --question and --context',
+             predict_file=config.predict_file, question=config.question, context=config.context)
+    if isinstance(config, PredictConfig) and not config.predict_file and not (
+            config.question.strip() and config.context.strip()):
+        fail('--question and --context must both be non-empty', question=config.question,
+             context=config.context)
+
+
+def threshold_override(config):
+    """The number given by ``--null-score-diff-threshold``, or None for 'auto'.
+
+    Raises
+    ------
+    ValueError
+        For anything but 'auto' or a finite number.
+    """
+    text = config.null_score_diff_threshold
+    try:
+        value = None if text == 'auto' else float(text)
+    except ValueError:
+        value = math.nan
+    if value is not None and not math.isfinite(value):
+        fail("--null-score-diff-threshold must be 'auto' or a finite number",
+             null_score_diff_threshold=text)
+    return value
+
+
+def _flag(name):
+    return name.replace('_', '-')

@@ -1,0 +1,188 @@
+"""The data of the SQuAD job: which files and articles, training features, evaluation features.
+
+Every function takes a config of :mod:`~gluon_attention.tasks.squad.config`. The training
+questions are those of ``--train-file`` and ``--extra-train-file`` minus the evaluation articles
+(``--exclude-titles``) and the articles held out to choose the null threshold
+(``--threshold-titles``), each question once.
+"""
+import json
+import os
+import sys
+
+import numpy as onp
+
+from ..._checks import fail
+from ..._resources import default_model_dir
+from ...data import squad
+
+__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'titles', 'default_model_folder',
+           'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
+           'load_training_features', 'heldout_examples', 'warn_shared_articles', 'eval_stride', 'load_eval_examples',
+           'eval_features']
+
+INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
+INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
+
+
+def data_path(name):
+    """A shipped data set's short name -> its path; anything else is a path (``read_squad``
+    reports a missing file with its path)."""
+    name = str(name)
+    if name in squad.SQUAD_FILES and not os.path.exists(name):
+        return str(squad.default_data_path(name))
+    return name
+
+
+def titles(text):
+    """A comma-separated title list -> list of titles (empty items dropped)."""
+    return [t for t in text.split(',') if t]
+
+
+def default_model_folder(model_dir):
+    """``model_dir``, or the embedded pretrained encoder's folder when it is None."""
+    return str(model_dir) if model_dir else str(default_model_dir())
+
+
+def check_freeze_layers(freeze_layers, num_layers):
+    """ValueError unless ``freeze_layers`` is at most the encoder's ``num_layers`` (None: not
+    known, nothing checked)."""
+    if num_layers is not None and freeze_layers > num_layers:
+        fail("--freeze-layers must be at most the encoder's {} layers".format(num_layers),
+             freeze_layers=freeze_layers)
+
+
+def check_model_fits(folder, options):
+    """Options that must fit the model of ``folder`` (its ``config.json``), checked before any
+    data is read: sequence lengths within its learned positions (a longer input would silently
+    read clipped positions), and ``freeze_layers``, when given, within its layers.
+
+    ``options`` maps option names to values; ValueError names the first that does not fit.
+    """
+    config_file = os.path.join(folder, 'config.json')
+    if not os.path.exists(config_file):
+        return
+    with open(config_file, encoding='utf-8') as handle:
+        model_config = json.load(handle)
+    positions = model_config.get('max_position_embeddings')
+    for name, value in options.items():
+        if name == 'freeze_layers':
+            check_freeze_layers(value, model_config.get('num_hidden_layers'))
+        elif positions and value > positions:
+            fail("--{} must be at most the model's max_position_embeddings={}".format(
+                name.replace('_', '-'), positions), **{name: value})
+
+
+def select_training(features, examples, config):
+    """Which training features to keep (deterministic in ``config.seed``).
+
+    Every feature holding its question's answer is kept; features of unanswerable questions are
+    kept with probability ``config.impossible_ratio``; chunks of answerable questions that miss
+    the answer with probability ``config.no_answer_chunk_ratio``. With ``config.plausible_spans``,
+    only the unanswerable-question chunks holding the plausible span count as unanswerable
+    features; their other chunks are treated like chunks that miss the answer.
+    """
+    rng = onp.random.RandomState(config.seed)
+    keep = []
+    for feature in features:
+        draw = rng.rand()
+        if not feature.is_impossible:
+            keep.append(feature)
+        elif examples[feature.example_index].is_impossible and (
+                not config.plausible_spans or feature.start_position > 0):
+            if draw < config.impossible_ratio:
+                keep.append(feature)
+        elif draw < config.no_answer_chunk_ratio:
+            keep.append(feature)
+    return keep[:config.max_train_features] if config.max_train_features else keep
+
+
+def training_examples(config):
+    """The training questions: both files minus the excluded and the held-out articles, each
+    question once. ValueError when an ``--exclude-titles`` title is in neither training file (a
+    misspelt title would otherwise train on the evaluation articles)."""
+    read = squad.read_squad(data_path(config.train_file))        # read once: titles and examples
+    if config.extra_train_file:
+        read += squad.read_squad(data_path(config.extra_train_file))
+    absent = set(titles(config.exclude_titles)) - {e.title for e in read}
+    if absent:
+        fail('--exclude-titles: expected every requested title in the training files '
+             '(--train-file, --extra-train-file)', missing=sorted(absent))
+    # the held-out articles are left out of both files too, for the threshold
+    exclude = set(titles(config.exclude_titles) + titles(config.threshold_titles))
+    examples = [e for e in read if e.title not in exclude]
+    if not config.version_2_with_negative:
+        examples = [e for e in examples if not e.is_impossible]
+    unique = {}
+    for example in examples:        # the v1.1 and v2.0 files share answerable questions
+        unique.setdefault((example.question.strip(), example.context), example)
+    return list(unique.values())
+
+
+def load_training_features(config, tokenizer):
+    """The kept training features and the number of training questions."""
+    examples = training_examples(config)
+    stats = {}
+    features = squad.convert_examples_to_features(
+        examples, tokenizer, config.max_seq_length, config.doc_stride, config.max_query_length,
+        is_training=True, stats=stats, plausible_spans=bool(config.plausible_spans))
+    features = select_training(features, examples, config)
+    if config.null_head_articles == 'with-impossible':
+        # Articles without a single impossible question (all of SQuAD 1.1) would teach the
+        # answerable head the topic of the article instead of the question: train it only on
+        # articles that hold both kinds of question.
+        mixed = {e.title for e in examples if e.is_impossible}
+        for feature in features:
+            if examples[feature.example_index].title not in mixed:
+                feature.answerable_loss_weight = 0.0
+    print('train: {} questions -> {} features kept ({} gold-span mismatches skipped)'.format(
+        len(examples), len(features), stats.get('skipped', 0)))
+    return features, examples
+
+
+def heldout_examples(config):
+    """The questions of the ``--threshold-titles`` articles of ``--train-file`` (ValueError when
+    a title is not in the file)."""
+    names = titles(config.threshold_titles)
+    if not names:
+        return []
+    return squad.read_squad(data_path(config.train_file), titles=names)
+
+
+def warn_shared_articles(train_examples, eval_examples):
+    """Warn (stderr) when training and evaluation share articles."""
+    shared = {e.title for e in train_examples} & {e.title for e in eval_examples}
+    if shared:
+        print('warning: {} article(s) are in both the training and the evaluation data: {} '
+              '(check --exclude-titles)'.format(len(shared), ', '.join(sorted(shared)[:5])),
+              file=sys.stderr)
+
+
+def eval_stride(max_seq_length, max_query_length):
+    """The document stride of evaluation chunks: 128, or less where the chunk is shorter."""
+    return min(128, max_seq_length - max_query_length - 3)
+
+
+def load_eval_examples(config):
+    """The evaluation questions of ``config.eval_file`` (the first ``max_eval_examples``); with
+    ``version_2_with_negative`` 0, its answerable questions only (ValueError when none)."""
+    examples = squad.read_squad(data_path(config.eval_file))
+    if not config.version_2_with_negative:
+        answerable = [e for e in examples if e.answers]
+        if len(answerable) < len(examples):
+            print('note: --version-2-with-negative 0 leaves the {} impossible questions of {} out '
+                  'of evaluation'.format(len(examples) - len(answerable), config.eval_file))
+        examples = answerable
+    if not examples:
+        fail('--eval-file must hold at least one question{}'.format(
+            '' if config.version_2_with_negative else ' with an answer (--version-2-with-negative '
+            '0)'), eval_file=config.eval_file)
+    if config.max_eval_examples:
+        examples = examples[:config.max_eval_examples]
+    return examples
+
+
+def eval_features(examples, tokenizer, max_seq_length, max_query_length):
+    """Features of every chunk of every question (nothing dropped), at evaluation lengths."""
+    return squad.convert_examples_to_features(
+        examples, tokenizer, max_seq_length, eval_stride(max_seq_length, max_query_length),
+        max_query_length, is_training=False)

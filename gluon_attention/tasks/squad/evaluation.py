@@ -1,0 +1,230 @@
+"""Inference, decoding and scoring for the SQuAD job: model outputs per feature -> predictions,
+null odds, n-best lists, the official metrics, the null threshold on held-out questions, and the
+files a run writes.
+
+The functions take a config of :mod:`~gluon_attention.tasks.squad.config` (any of the command
+configs: they read the shared decoding options only, unless said otherwise).
+"""
+import math
+import os
+
+import mxnet as mx
+import numpy as onp
+from tqdm import tqdm
+
+from ..._checks import fail
+from ...data import squad
+from ...models.qa import QAInference
+from ..engine.common import atomic_write_json, parse_devices
+from ..export.block import export_and_check
+from .config import threshold_override
+from .data import INPUT_DTYPES, INPUT_NAMES, eval_features, load_eval_examples
+from .threshold import choose_null_threshold
+
+__all__ = ['NEVER_NULL', 'contexts_of', 'null_threshold', 'eval_job', 'infer', 'run_batches',
+           'decode', 'evaluate', 'null_odds_auc', 'calibrate_threshold', 'score_and_write',
+           'write_predictions', 'write_metrics', 'format_metrics', 'check_export', 'ONNX_EXTRA']
+
+METRIC_KEYS = ('exact', 'f1', 'HasAns_f1', 'NoAns_f1', 'null_threshold', 'null_threshold_source',
+               'best_f1', 'best_f1_thresh', 'full_range_best_f1', 'always_answer_HasAns_f1',
+               'null_odds_auc', 'total')
+NEVER_NULL = "none (--version-2-with-negative 0: '' is never predicted)"
+ONNX_EXTRA = 'pip install gluon_attention[onnx]'
+
+
+def contexts_of(config):
+    """The devices of ``--ctx``; ValueError when one names a GPU this MXNet does not see."""
+    return parse_devices(config.ctx)
+
+
+def null_threshold(config, saved, version_2):
+    """(threshold, where it came from): ``--null-score-diff-threshold`` when a number, else the
+    saved one (``saved``: a dict with ``null_threshold`` and ``null_threshold_source``)."""
+    if not version_2:
+        return math.inf, NEVER_NULL
+    override = threshold_override(config)
+    if override is not None:
+        return override, 'flag'
+    if saved.get('null_threshold') is None:
+        fail('--null-score-diff-threshold must be a number for a model folder without a null '
+             'threshold (trained with --version-2-with-negative 0)',
+             null_score_diff_threshold=config.null_score_diff_threshold)
+    return saved['null_threshold'], saved['null_threshold_source']
+
+
+def eval_job(config, tokenizer, max_seq_length, max_query_length):
+    """The evaluation questions of ``config`` and their features, in a dict."""
+    job = {'examples': load_eval_examples(config)}
+    job['eval_features'] = eval_features(job['examples'], tokenizer, max_seq_length,
+                                         max_query_length)
+    print('eval: {} questions -> {} features'.format(len(job['examples']),
+                                                      len(job['eval_features'])))
+    return job
+
+
+def infer(model, features, config, ctx):
+    """Run the inference graph of ``model`` on ``features`` (batches of similar lengths).
+
+    Returns the hybridized :class:`~gluon_attention.models.qa.QAInference` block and one 5-tuple
+    of NumPy outputs per feature (see ``QAInference``).
+    """
+    inference = QAInference(model, config.start_top_n, config.end_top_n)
+    inference.hybridize(static_alloc=True)
+    return inference, run_batches(inference, features, config, ctx)
+
+
+def run_batches(block, features, config, ctx):
+    """One 5-tuple of NumPy outputs per feature of an inference block (or its reloaded export)."""
+    outputs = [None] * len(features)
+    batches = squad.length_sorted_batches(features, config.eval_batch_size)
+    for index in tqdm(batches, desc='eval', unit='batch', disable=not config.progress):
+        arrays = squad.batchify([features[i] for i in index], round_to=8)
+        batch = [mx.np.array(arrays[k], dtype=arrays[k].dtype, ctx=ctx) for k in INPUT_NAMES]
+        result = [o.asnumpy() for o in block(*batch)]
+        for row, i in enumerate(index):
+            outputs[i] = tuple(r[row] for r in result)
+    return outputs
+
+
+def decode(examples, features, outputs, config, threshold):
+    """``decode_predictions`` with the config's decoding sizes; see its documentation."""
+    return squad.decode_predictions(examples, features, outputs, config.n_best_size,
+                                    config.max_answer_length, threshold)
+
+
+def evaluate(examples, features, outputs, config, threshold):
+    """Decode spans and score them with the official SQuAD 2.0 definitions.
+
+    Returns a dict: ``metrics``, ``final_predictions``, ``null_odds``, ``nbest``. With
+    ``config.version_2_with_negative`` the metrics are the official SQuAD 2.0 keys,
+    ``full_range_best_*`` and ``always_answer_HasAns_*`` (from the non-null spans) and
+    ``null_odds_auc``; without, the SQuAD 1.1 keys ``exact``, ``f1``, ``total``.
+    """
+    predictions, final, null_odds, nbest = decode(examples, features, outputs, config, threshold)
+    results = {'final_predictions': final, 'null_odds': null_odds, 'nbest': nbest}
+    if not config.version_2_with_negative:
+        metrics = squad.squad_evaluate(examples, final)
+        return dict(results, metrics={k: metrics[k] for k in ('exact', 'f1', 'total')})
+    metrics = squad.squad_evaluate(examples, final, na_probs=null_odds)
+    always = squad.squad_evaluate(examples, predictions, na_probs=null_odds)
+    for key in ('best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'):
+        metrics['full_range_' + key] = always.get(key)
+    for key in ('HasAns_exact', 'HasAns_f1'):
+        metrics['always_answer_' + key] = always.get(key)
+    metrics['null_odds_auc'] = null_odds_auc(examples, null_odds)
+    return dict(results, metrics=metrics)
+
+
+def null_odds_auc(examples, null_odds):
+    """How well the null odds rank impossible questions above answerable ones.
+
+    The Mann-Whitney AUC: the probability that a random impossible question has a larger score
+    difference than a random answerable one (ties count 1/2). 0.5 is chance, 1.0 perfect.
+
+    Parameters
+    ----------
+    examples : list of SquadExample
+        The questions (an example without answers is impossible).
+    null_odds : dict of str -> float
+        Score difference per question id (``null_odds.json``).
+
+    Returns
+    -------
+    float or None
+        None when either class is empty.
+    """
+    impossible = onp.array([null_odds[e.qas_id] for e in examples if not e.answers], 'float64')
+    answerable = onp.array([null_odds[e.qas_id] for e in examples if e.answers], 'float64')
+    if not len(impossible) or not len(answerable):
+        return None
+    ranks = _average_ranks(onp.concatenate([impossible, answerable]))
+    wins = ranks[:len(impossible)].sum() - len(impossible) * (len(impossible) + 1) / 2
+    return float(wins / (len(impossible) * len(answerable)))
+
+
+def _average_ranks(values):
+    """1-based ranks, ties sharing their average rank."""
+    order = onp.argsort(values, kind='stable')
+    ranks = onp.empty(len(values))
+    ranks[order] = onp.arange(1, len(values) + 1)
+    unique, inverse = onp.unique(values, return_inverse=True)
+    sums = onp.bincount(inverse, weights=ranks, minlength=len(unique))
+    return (sums / onp.bincount(inverse, minlength=len(unique)))[inverse]
+
+
+def calibrate_threshold(model, examples, tokenizer, config, ctx):
+    """Run ``model`` on the held-out ``examples`` and choose the threshold there.
+
+    Returns a dict: ``null_threshold``, ``null_threshold_source``, ``heldout_f1`` (percent, at
+    that threshold), ``heldout_null_odds_auc``, ``heldout_total``. Without held-out questions
+    the threshold is 0.0.
+    """
+    if not examples:
+        return {'null_threshold': 0.0,
+                'null_threshold_source': 'default 0.0 (no --threshold-titles)'}
+    features = eval_features(examples, tokenizer, config.eval_max_seq_length,
+                             config.max_query_length)
+    _, outputs = infer(model, features, config, ctx)
+    spans, _, null_odds, _ = decode(examples, features, outputs, config, math.inf)
+    threshold, f1 = choose_null_threshold(examples, spans, null_odds)
+    names = sorted({e.title for e in examples}, key=[e.title for e in examples].index)
+    return {'null_threshold': threshold,
+            'null_threshold_source': 'held-out articles {}'.format(', '.join(names)),
+            'heldout_f1': f1, 'heldout_null_odds_auc': null_odds_auc(examples, null_odds),
+            'heldout_total': len(examples)}
+
+
+def score_and_write(config, job, outputs, threshold, extra):
+    """Evaluate, write the predictions and metrics.json (``extra`` and the threshold added)."""
+    results = evaluate(job['examples'], job['eval_features'], outputs, config, threshold[0])
+    metrics = dict(results['metrics'], **extra)
+    if config.version_2_with_negative:
+        metrics.update(null_threshold=threshold[0], null_threshold_source=threshold[1])
+    else:
+        for key in ('null_threshold', 'null_threshold_source'):
+            metrics.pop(key, None)
+    write_predictions(config.output_dir, results)
+    write_metrics(config.output_dir, metrics)
+    print(format_metrics(metrics))
+    return results
+
+
+def write_predictions(folder, results):
+    """``predictions.json``, ``null_odds.json`` and ``nbest_predictions.json`` (atomically; the
+    folder is created)."""
+    os.makedirs(folder, exist_ok=True)
+    atomic_write_json(os.path.join(folder, 'predictions.json'), results['final_predictions'])
+    atomic_write_json(os.path.join(folder, 'null_odds.json'), results['null_odds'])
+    atomic_write_json(os.path.join(folder, 'nbest_predictions.json'), results['nbest'])
+
+
+def write_metrics(folder, metrics):
+    """``metrics.json`` (atomically)."""
+    atomic_write_json(os.path.join(folder, 'metrics.json'), metrics)
+
+
+def format_metrics(metrics):
+    """The main metrics, one per line."""
+    return '\n'.join('{:>26s}: {}'.format(k, metrics[k]) for k in METRIC_KEYS if k in metrics)
+
+
+def check_export(inference, examples, features, outputs, config, final_predictions, threshold,
+                 ctx):
+    """Export the inference graph to ``<output-dir>/export/qa``, reload it
+    (:func:`~gluon_attention.tasks.export.block.export_and_check`) on every evaluation batch and
+    compare the decoded predictions; writes ``export/check.json`` and returns its content."""
+    prefix = os.path.join(config.output_dir, 'export', 'qa')
+    order = squad.length_sorted_batches(features, config.eval_batch_size)
+    batches = [[arrays[k] for k in INPUT_NAMES] for arrays in (
+        squad.batchify([features[i] for i in index], round_to=8) for index in order)]
+    reloaded, report = export_and_check(inference, prefix, batches, INPUT_NAMES, INPUT_DTYPES,
+                                        ctx)
+    same = len(final_predictions)
+    if report['max_abs_diff'] > 0:     # equal outputs decode to equal predictions
+        _, final, _, _ = decode(examples, features, run_batches(reloaded, features, config, ctx),
+                                config, threshold)
+        same = sum(final[k] == final_predictions[k] for k in final_predictions)
+    check = dict(report, identical=same, total=len(final_predictions),
+                 status='ok' if same == len(final_predictions) else 'MISMATCH')
+    atomic_write_json(os.path.join(config.output_dir, 'export', 'check.json'), check)
+    return check

@@ -1,0 +1,49 @@
+"""The model that ``run_squad.py train`` fine-tunes (and ``curve`` scores checkpoints of): the
+pretrained encoder under new QA heads, its lowest layers optionally frozen.
+
+The saved model folder that ``evaluate`` and ``predict`` load is :mod:`.folder`.
+"""
+import mxnet as mx
+
+from ...models.encoder import BertEncoder
+from ...models.qa import ModelForQAConditional
+from .data import check_freeze_layers
+
+__all__ = ['build_model', 'freeze_lowest_layers']
+
+
+def build_model(model_dir, config, contexts):
+    """The pretrained encoder of ``model_dir`` (None: the embedded one) under new QA heads."""
+    # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
+    backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
+                                           attention_dropout=config.attention_dropout)
+    model = ModelForQAConditional(backbone, units=backbone.config['units'],
+                                  dropout=config.classifier_dropout)
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        head.initialize(mx.init.Normal(0.02), ctx=contexts)
+    backbone.collect_params().reset_ctx(contexts)
+    if config.freeze_word_embeddings:
+        backbone.word_embed.weight.grad_req = 'null'
+    freeze_lowest_layers(backbone, config.freeze_layers)
+    model.hybridize(static_alloc=True)
+    return model
+
+
+def freeze_lowest_layers(backbone, num_layers):
+    """Fix the embeddings and the lowest ``num_layers`` encoder layers of ``backbone``
+    (``grad_req='null'``); nothing changes for 0.
+
+    Raises
+    ------
+    ValueError
+        If ``num_layers`` exceeds the encoder's layers.
+    """
+    layers = backbone.encoder.layers
+    check_freeze_layers(num_layers, len(layers))
+    if num_layers == 0:
+        return
+    frozen = [backbone.word_embed, backbone.position_embed, backbone.token_type_embed,
+              backbone.embed_ln] + [layers[i] for i in range(num_layers)]
+    for block in frozen:
+        for param in block.collect_params().values():
+            param.grad_req = 'null'

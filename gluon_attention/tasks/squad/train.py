@@ -1,0 +1,97 @@
+"""``run_squad.py train``: fine-tune the encoder with the QA heads, choose the null threshold on
+the held-out articles, save ``<output-dir>/model``, evaluate, export and check the reload.
+
+:func:`prepare_train` checks what the command line names and reads the data (ValueError,
+OSError or ImportError before any work starts, which the script reports as a one-line error);
+:func:`run_train` does the work and returns the exit status.
+"""
+import os
+import time
+
+from ...data import squad
+from ..engine.config import write_run_config
+from .data import (check_model_fits, eval_stride, heldout_examples, load_training_features,
+                   warn_shared_articles)
+from .evaluation import (NEVER_NULL, ONNX_EXTRA, calibrate_threshold, check_export,
+                         contexts_of, eval_job, infer, null_threshold, score_and_write)
+from .folder import model_folder, save_model_folder
+from .loop import check_resumable, train
+from .model import build_model
+
+__all__ = ['prepare_train', 'run_train']
+
+
+def prepare_train(config):
+    """Devices, tokenizer, training features, held-out and evaluation questions; then
+    ``run_config.json`` is written."""
+    contexts, folder = contexts_of(config), model_folder(config)
+    check_model_fits(folder, {'max_seq_length': config.max_seq_length,
+                             'eval_max_seq_length': config.eval_max_seq_length,
+                             'freeze_layers': config.freeze_layers})
+    check_resumable(config)
+    tokenizer = squad.load_tokenizer(folder)
+    features, train_examples = load_training_features(config, tokenizer)
+    heldout = heldout_examples(config) if config.version_2_with_negative else []
+    job = eval_job(config, tokenizer, config.eval_max_seq_length, config.max_query_length)
+    warn_shared_articles(train_examples + heldout, job['examples'])
+    job.update(contexts=contexts, folder=folder, tokenizer=tokenizer, features=features,
+               heldout=heldout)
+    write_run_config(config.output_dir, config)
+    return job
+
+
+def _qa_config(model, config, calibration):
+    return dict(calibration, head_units=model.backbone.config['units'],
+                head_dropout=config.classifier_dropout, max_seq_length=config.max_seq_length,
+                doc_stride=config.doc_stride, eval_max_seq_length=config.eval_max_seq_length,
+                eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length),
+                max_query_length=config.max_query_length,
+                version_2_with_negative=config.version_2_with_negative,
+                p_mask='1 = may be an answer start or end ([CLS] and context tokens)')
+
+
+def run_train(config, job):
+    """Train (or resume), choose the null threshold, save ``<output-dir>/model``, evaluate,
+    write the outputs, export and check the reload (and, with ``--onnx``, ONNX Runtime)."""
+    contexts = job['contexts']
+    model = build_model(config.model_dir, config, contexts)
+    result = train(model, job['features'], config, contexts)
+    if not result.is_chief:         # rank 0 of a distributed job evaluates and writes
+        return 0
+    steps, train_seconds = result.steps, result.seconds
+    if config.version_2_with_negative:
+        calibration = calibrate_threshold(model, job['heldout'], job['tokenizer'], config,
+                                          contexts[0])
+    else:
+        calibration = {'null_threshold': None, 'null_threshold_source': NEVER_NULL}
+    save_model_folder(model, os.path.join(config.output_dir, 'model'), job['folder'],
+                      _qa_config(model, config, calibration))
+    start = time.time()
+    inference, outputs = infer(model, job['eval_features'], config, contexts[0])
+    threshold = null_threshold(config, calibration, config.version_2_with_negative)
+    results = score_and_write(config, job, outputs, threshold, dict(
+        calibration, train_steps=steps, train_seconds=round(train_seconds, 1),
+        eval_seconds=round(time.time() - start, 1),
+        train_features_per_second=round(steps * result.features_per_step
+                                        / max(train_seconds, 1e-9), 2)))
+    if config.skip_export:
+        return 0
+    check = check_export(inference, job['examples'], job['eval_features'], outputs, config,
+                         results['final_predictions'], threshold[0], contexts[0])
+    print('export check: {identical}/{total} predictions identical after reload; max |output '
+          'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
+    onnx_check = _check_onnx(job, outputs, config, threshold[0]) if config.onnx else None
+    failed = check['status'] != 'ok' or (onnx_check and onnx_check['status'] != 'ok')
+    return 1 if failed else 0
+
+
+def _check_onnx(job, outputs, config, threshold):
+    """:func:`~.onnx_check.check_onnx_export`, or None (said on stdout) without the ``[onnx]``
+    extra (onnx<1.14, onnxruntime)."""
+    try:
+        import onnxruntime  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        from .onnx_check import check_onnx_export  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        print('ONNX check skipped ({}): {}'.format(error, ONNX_EXTRA))
+        return None
+    return check_onnx_export(job['examples'], job['eval_features'], outputs, config, threshold)
