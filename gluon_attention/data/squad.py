@@ -86,10 +86,12 @@ def _field(record, key, kind, where):
     return value
 
 
-def _parse_question(qa, title, context, where):
+def _parse_question(qa, title, context, where, require_answers=True):
     qas_id = _field(qa, 'id', str, where)
     where = '{} question id={!r}'.format(where, qas_id)
     question = _field(qa, 'question', str, where)
+    if not require_answers:
+        return SquadExample(qas_id, title, question, context, [], False)
     impossible = bool(qa.get('is_impossible', False))
     answers = []
     for answer in _field(qa, 'answers', list, where):
@@ -124,8 +126,9 @@ def _load_json(path):
         fail('{}: expected valid JSON'.format(path), error=str(err))
 
 
-def read_squad(path, titles=None, exclude_titles=None):
-    """Read a SQuAD 1.1 or 2.0 JSON file.
+def read_squad(path, titles=None, exclude_titles=None, require_answers=True):
+    """Read a SQuAD 1.1 or 2.0 JSON file: training and evaluation files with their answers, or
+    the questions of a prediction file (``require_answers=False``).
 
     Parameters
     ----------
@@ -136,6 +139,11 @@ def read_squad(path, titles=None, exclude_titles=None):
         Keep only these articles; every title must exist in the file.
     exclude_titles : iterable of str, optional
         Drop these articles (titles absent from the file are ignored).
+    require_answers : bool
+        True (training, evaluation): every question needs ``answers`` (checked against the
+        context and ``is_impossible``) and every article a ``title``. False (questions to
+        answer): only ``id`` and ``question`` are read; ``answers``, ``is_impossible`` and
+        ``plausible_answers`` are ignored (the examples have none) and a missing ``title`` is ''.
 
     Returns
     -------
@@ -147,8 +155,8 @@ def read_squad(path, titles=None, exclude_titles=None):
     ValueError
         For a missing or unreadable file, invalid JSON, a missing key or wrong type, an answer whose
         ``answer_start`` does not point at its text in the context, answers inconsistent with
-        ``is_impossible``, a duplicate question id, or an unknown title in ``titles``. The message
-        names the file and the record.
+        ``is_impossible`` (with ``require_answers``), a duplicate question id, or an unknown title
+        in ``titles``. The message is one line naming the file and the record.
     """
     raw = _load_json(path)
     keep = None if titles is None else set(titles)
@@ -156,7 +164,8 @@ def read_squad(path, titles=None, exclude_titles=None):
     examples, seen_titles, seen_ids = [], set(), set()
     for i, article in enumerate(_field(raw, 'data', list, str(path))):
         where = '{}: data[{}]'.format(path, i)
-        title = _field(article, 'title', str, where)
+        title = _field(article, 'title', str, where) if require_answers or (
+            isinstance(article, dict) and 'title' in article) else ''
         seen_titles.add(title)
         if (keep is not None and title not in keep) or title in drop:
             continue
@@ -164,7 +173,7 @@ def read_squad(path, titles=None, exclude_titles=None):
             where_p = '{} (title={!r}) paragraphs[{}]'.format(where, title, j)
             context = _field(paragraph, 'context', str, where_p)
             for qa in _field(paragraph, 'qas', list, where_p):
-                example = _parse_question(qa, title, context, where_p)
+                example = _parse_question(qa, title, context, where_p, require_answers)
                 if example.qas_id in seen_ids:
                     fail('{}: expected unique question ids'.format(path), qas_id=example.qas_id)
                 seen_ids.add(example.qas_id)

@@ -107,6 +107,26 @@ def test_read_errors(tmp_path, content, message):
     assert str(path) in str(info.value)
 
 
+def test_read_questions_without_answers(tmp_path):
+    """require_answers=False (prediction files): answers ignored, a title may be absent; the
+    same one-line errors naming the file and the record."""
+    raw = _squad_json(answers=[{'text': 'Rollo', 'answer_start': 4}], is_impossible=True)
+    del raw['data'][0]['title']
+    path = tmp_path / 'questions.json'
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError):
+        read_squad(path)
+    [example] = read_squad(path, require_answers=False)
+    assert (example.qas_id, example.title, example.question, example.context, example.answers,
+            example.is_impossible) == ('q1', '', 'Who?', 'Duke Rollo ruled.', [], False)
+    path.write_text(json.dumps(_squad_json(question=None)))
+    with pytest.raises(ValueError, match=r"questions\.json: data\[0\] \(title='T'\) "
+                                         r"paragraphs\[0\] question id='q1': expected a key "
+                                         r"'question'\. Received: keys=") as info:
+        read_squad(path, require_answers=False)
+    assert '\n' not in str(info.value)
+
+
 def test_read_duplicate_ids_and_unknown_name(tmp_path):
     data = _squad_json()
     data['data'][0]['paragraphs'].append(data['data'][0]['paragraphs'][0])

@@ -16,11 +16,11 @@ import time
 from ..._checks import fail
 from ...data import squad
 from ...models.encoder import BertEncoder
-from .data import eval_features
+from .data import data_path, eval_features
 from .evaluation import (contexts_of, decode, eval_job, infer, null_threshold, score_and_write,
                          write_predictions)
 from .folder import load_qa_model, model_folder, read_qa_config
-from .predict import best_answer, describe_answer, pair_example, read_questions
+from .predict import best_answer, describe_answer, pair_example
 
 __all__ = ['results_folder', 'load_model', 'prepare_evaluate', 'run_evaluate', 'prepare_predict', 'run_predict']
 
@@ -65,8 +65,10 @@ def prepare_predict(config):
     contexts, folder = contexts_of(config), model_folder(config)
     model_config = read_qa_config(folder)
     threshold = null_threshold(config, model_config, model_config['version_2_with_negative'])
-    examples = read_questions(config.predict_file) if config.predict_file else [
-        pair_example(config.question, config.context)]
+    if config.predict_file:
+        examples = squad.read_squad(data_path(config.predict_file), require_answers=False)
+    else:
+        examples = [pair_example(config.question, config.context)]
     if not examples:
         fail('--predict-file must hold at least one question', predict_file=config.predict_file)
     features = eval_features(examples, squad.load_tokenizer(folder),

@@ -1,69 +1,10 @@
-"""Questions without answers for ``run_squad.py predict``: a SQuAD-format file whose questions
-need not have answers, or one question about one context; and the answer of one question with
-its character offsets.
+"""One question about one context for ``run_squad.py predict``, and the answer of one question
+with its character offsets. (The questions of a ``--predict-file`` are read by
+``data.squad.read_squad(..., require_answers=False)``.)
 """
-import json
-
-from ..._checks import fail
 from ...data import squad
 
-__all__ = ['read_questions', 'pair_example', 'best_answer', 'describe_answer']
-
-
-def _text(record, key, where):
-    value = record.get(key) if isinstance(record, dict) else None
-    if not isinstance(value, str):
-        fail('{}: expected a string {!r}'.format(where, key), **{key: value})
-    return value
-
-
-def _list(record, key, where):
-    value = record.get(key) if isinstance(record, dict) else None
-    if not isinstance(value, list):
-        fail('{}: expected a list {!r}'.format(where, key), **{key: type(value).__name__})
-    return value
-
-
-def read_questions(path):
-    """The questions of a SQuAD-format file, answered or not (answers are ignored).
-
-    Parameters
-    ----------
-    path : str
-        ``{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question"}]}]}]}``;
-        ``title`` may be absent.
-
-    Returns
-    -------
-    list of SquadExample
-        In file order, without answers.
-
-    Raises
-    ------
-    ValueError
-        An unreadable file, invalid JSON, a missing key or a repeated question id; the message
-        names the file and the record.
-    """
-    try:
-        with open(path, encoding='utf-8') as handle:
-            raw = json.load(handle)
-    except (OSError, ValueError) as err:
-        fail('--predict-file must be a readable SQuAD-format JSON file ({})'.format(
-            str(err).splitlines()[0]), predict_file=str(path))
-    examples, seen = [], set()
-    for i, article in enumerate(_list(raw, 'data', str(path))):
-        title = article.get('title', '') if isinstance(article, dict) else ''
-        for j, paragraph in enumerate(_list(article, 'paragraphs', '{} data[{}]'.format(path, i))):
-            where = '{} data[{}] paragraphs[{}]'.format(path, i, j)
-            context = _text(paragraph, 'context', where)
-            for qa in _list(paragraph, 'qas', where):
-                qas_id = _text(qa, 'id', where)
-                if qas_id in seen:
-                    fail('{}: expected unique question ids'.format(where), id=qas_id)
-                seen.add(qas_id)
-                examples.append(squad.SquadExample(qas_id, str(title), _text(qa, 'question', where),
-                                                   context, [], False))
-    return examples
+__all__ = ['pair_example', 'best_answer', 'describe_answer']
 
 
 def pair_example(question, context):
