@@ -18,10 +18,10 @@ from mxnet.gluon import nn
 
 from .. import _checks
 
-from . import fused as _fused, layout as _layout
-from ._ops import get_F
+from . import backends as _backends, fused as _fused, layout as _layout
+from ._ops import get_F, to_float32
 from .base import Float32OnCPU, check_dense_inputs
-from .functional import inverse_sqrt_units, l2_normalize, multi_head_dot_attn, zero_unattended
+from .functional import inverse_sqrt_units, zero_unattended
 from .masking import length_mask
 from .softmax import masked_softmax
 
@@ -142,42 +142,63 @@ class AdditiveAttention(Float32OnCPU):
 
 @mx.util.use_np
 class MultiHeadAttentionCell(Float32OnCPU):
-    """Parameter-free multi-head dot-product attention over per-head inputs (GluonNLP master).
+    """Parameter-free multi-head dot-product attention over per-head inputs, by one of the
+    attention backends (:mod:`gluon_attention.core.backends`), chosen when the cell is built.
 
     Parameters
     ----------
     query_units : int or None
         Total query size K*C_k; with ``num_heads`` it fixes the scale sqrt(C_k). Without it the
-        scale comes from the query's last dimension.
+        scale comes from each call's query (its last dimension; inside a graph, from its shape).
     num_heads : int or None
         Required with ``query_units``, which it must divide.
     attention_dropout : float in [0, 1)
+        Dropout on the weights, training mode only ('composed' only).
     scaled, normalized, eps, layout, use_einsum
-        As in :func:`gluon_attention.multi_head_dot_attn`.
-
-    fused : bool
-        Run the fused C++ kernel (:func:`gluon_attention.fused.fused_dot_attn`: CPU, float32,
-        2-4x faster, no L_q x L_m memory) instead of composed operators. It computes the same
-        context but returns ``(context, [])``: no scores or weights exist to return. It takes
-        ``valid_length`` for key padding but no ``mask`` or ``edge_scores`` (ValueError), and
-        no ``attention_dropout``. Requires the kernel library (:func:`gluon_attention.fused.
-        available`); RuntimeError at construction otherwise.
+        As in :func:`gluon_attention.multi_head_dot_attn` (``use_einsum``: 'composed' only).
+    backend : {'composed', 'fused', 'chunked', 'auto'}
+        The implementation, fixed for the cell's life: ``'composed'`` (MXNet operators; any
+        device, dtype, mask, edge scores, dropout), ``'fused'`` (the C++ kernel of
+        :mod:`gluon_attention.fused`: CPU, float32, ``valid_length`` only, no L_q x L_m memory),
+        ``'chunked'`` (the composed operators ``chunk_size`` query rows at a time; runs
+        imperatively even when hybridized, so not inside another block's graph), or ``'auto'``:
+        ``'fused'`` when the kernel is built, ``attention_dropout`` is 0 and the current
+        context is a CPU, else ``'composed'`` (resolved here, once; :attr:`backend` tells).
+    chunk_size : int
+        Query rows per chunk of the ``'chunked'`` backend.
 
     Call ``(query, key, value, mask=None, edge_scores=None, valid_length=None)`` with per-head
-    tensors in ``layout`` and returns ``(context, [scores, weights])`` exactly like
-    :func:`multi_head_dot_attn`; ``valid_length`` (B,) or (B, L_q) integer memory lengths is the
-    fast path for key padding (one fused length-aware softmax, no mask tensor). Raises as
-    :func:`multi_head_dot_attn` (or :func:`gluon_attention.fused.fused_dot_attn` when fused),
-    checked on the arrays of each call.
+    tensors in ``layout``: query (B, K, L_q, C_k) ``NKT`` | (B, L_q, K, C_k) ``NTK`` |
+    (L_q, B, K, C_k) ``TNK``, key and value alike with L_m and C_v; ``mask`` 0/1 (B, L_q, L_m)
+    (dimensions may be 1); ``edge_scores`` broadcastable to (B, K, L_q, L_m); ``valid_length``
+    integer (B,) or (B, L_q) memory lengths (the length-aware softmax: no mask tensor).
+
+    Returns ``(context, weights)`` with every backend: context (B, L_q, K*C_v) (NKT/NTK) or
+    (L_q, B, K*C_v) (TNK) in the inputs' dtype; ``weights`` the (B, K, L_q, L_m) attention
+    weights after dropout with ``'composed'``, ``None`` with ``'fused'`` and ``'chunked'``
+    (never held whole).
+
+    Raises
+    ------
+    ValueError
+        At construction: a bad option, an unknown backend, ``attention_dropout`` > 0 with
+        ``'fused'`` or ``'chunked'``. On a call the backend cannot serve (never a silent switch
+        to another backend): a ``mask`` or ``edge_scores`` with ``'fused'`` (use 'composed'),
+        ``edge_scores`` with ``'chunked'``, arrays off the CPU with ``'fused'``, a ``'chunked'``
+        cell inside a graph; and as :func:`multi_head_dot_attn` on the arrays of each call.
+    TypeError
+        Non-float inputs; with ``'fused'``, inputs that are not float32 (float16 on a CPU is
+        computed in float32).
+    RuntimeError
+        ``'fused'`` and the kernel library is not built.
     """
 
     def __init__(self, query_units=None, num_heads=None, attention_dropout=0.0, scaled=True,
-                 normalized=False, eps=1e-6, layout='NTK', use_einsum=False, fused=False,
-                 **kwargs):
+                 normalized=False, eps=1e-6, layout='NTK', use_einsum=False, backend='composed',
+                 chunk_size=512, **kwargs):
         super().__init__(**kwargs)
         self._layout = _layout.check_layout(layout)
-        self._fused = False
-        self._query_head_units = None
+        query_head_units = None
         if query_units is not None:
             _checks.check_positive_int('query_units', query_units)
             if num_heads is None:
@@ -187,79 +208,56 @@ class MultiHeadAttentionCell(Float32OnCPU):
             if query_units % num_heads:
                 _checks.fail('query_units must be divisible by num_heads',
                              query_units=query_units, num_heads=num_heads)
-            self._query_head_units = query_units // num_heads
-        self._options = dict(dropout=_checks.check_probability('attention_dropout',
-                                                               attention_dropout),
-                             scaled=_checks.check_bool('scaled', scaled),
+            query_head_units = query_units // num_heads
+        dropout = _checks.check_probability('attention_dropout', attention_dropout)
+        # not self._backend: HybridBlock.hybridize(backend=...) owns that name
+        self._attention_backend = _backends.resolve_backend(backend, dropout)
+        self._attend = _backends.get_backend(self._attention_backend)
+        self._options = dict(dropout=dropout, scaled=_checks.check_bool('scaled', scaled),
                              normalized=_checks.check_bool('normalized', normalized), eps=eps,
-                             query_head_units=self._query_head_units, layout=layout,
-                             use_einsum=_checks.check_bool('use_einsum', use_einsum))
-        self.set_fused(fused)
+                             query_head_units=query_head_units, layout=layout,
+                             use_einsum=_checks.check_bool('use_einsum', use_einsum),
+                             chunk_size=_checks.check_positive_int('chunk_size', chunk_size))
 
     @property
     def layout(self):
         """The attention layout, one of 'NKT', 'NTK', 'TNK'."""
         return self._layout
 
-    def forward(self, query, *args):  # pylint: disable=arguments-differ
-        # Without query_units the scale 1/sqrt(C_k) would be a () array computed in the graph,
-        # whose broadcast division costs a reduction over all scores in every backward pass
-        # (0.8x the speed measured on bert384). Called on arrays, the cell reads C_k from the
-        # query and bakes it in as a Python float, rebuilding its graph if C_k changes; inside
-        # a parent's graph (symbols) it stays shape-free.
-        if (self._query_head_units is None and self._options['scaled']
-                and isinstance(query, mx.nd.NDArray) and query.ndim == 4 and query.shape[-1]
-                and self._options['query_head_units'] != query.shape[-1]):
-            self._options['query_head_units'] = query.shape[-1]
-            self._clear_cached_op()
-        return super().forward(query, *args)
-
     @property
-    def fused(self):
-        """Whether the cell runs the fused kernel (and returns ``(context, [])``)."""
-        return self._fused
+    def backend(self):
+        """The backend the cell runs: 'composed', 'fused' or 'chunked' ('auto' resolved)."""
+        return self._attention_backend
 
-    def set_fused(self, fused):
-        """Switch between the fused kernel and the composed operators (same arguments as the
-        constructor's ``fused``); returns True when the mode changed."""
-        fused = _checks.check_bool('fused', fused)
-        if fused == self._fused:
-            return False
-        if fused and self._options['dropout']:
-            _checks.fail('the fused kernel has no attention dropout: use fused=False or '
-                         'attention_dropout=0', attention_dropout=self._options['dropout'])
-        if fused and not _fused.available():
-            raise RuntimeError(_fused.load_error())
-        self._fused = fused
-        self._clear_cached_op()
-        return True
+    def forward(self, query, *args):  # pylint: disable=arguments-differ
+        out = super().forward(query, *args)
+        if self._attention_backend == 'composed':
+            return out
+        return out, None                                 # a graph cannot output None
+
+    def _run(self, *inputs):
+        if self._attention_backend == 'chunked' and isinstance(inputs[0], mx.nd.NDArray):
+            return self._run_imperatively(*inputs)      # it slices L_q: never a cached graph
+        return super()._run(*inputs)
 
     def check_inputs(self, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
                      valid_length=None):
-        options = dict(valid_length=valid_length, scaled=self._options['scaled'],
-                       query_head_units=self._options['query_head_units'], layout=self._layout)
-        if self._fused:
-            _fused.check_fused_inputs(query, key, value, **options)
+        options = self._options
+        _backends.check_backend_call(self._attention_backend, query, mask, edge_scores,
+                                     options['dropout'])
+        checks = dict(valid_length=valid_length, scaled=options['scaled'],
+                      query_head_units=options['query_head_units'], layout=self._layout)
+        if self._attention_backend == 'fused':
+            _fused.check_fused_inputs(*(to_float32(x) for x in (query, key, value)), **checks)
         else:
             _layout.check_per_head_inputs(query, key, value, mask=mask, edge_scores=edge_scores,
-                                          **options)
+                                          **checks)
 
     def hybrid_forward(self, F, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
                        valid_length=None):
-        if self._fused:
-            if mask is not None or edge_scores is not None:
-                _checks.fail('a fused MultiHeadAttentionCell takes valid_length only (no mask '
-                             'or edge_scores)', mask=None if mask is None else 'given',
-                             edge_scores=None if edge_scores is None else 'given')
-            if self._options['normalized']:
-                eps = self._options['eps']
-                query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
-            context = _fused.fused_dot_attn(
-                query, key, value, valid_length, scaled=self._options['scaled'],
-                query_head_units=self._options['query_head_units'], layout=self._layout)
-            return context, []
-        return multi_head_dot_attn(query, key, value, mask, edge_scores,
-                                   valid_length=valid_length, **self._options)
+        context, weights = self._attend(query, key, value, mask, edge_scores, valid_length,
+                                        **self._options)
+        return context if weights is None else (context, weights)
 
 
 @mx.util.use_np
@@ -311,6 +309,6 @@ class MultiHeadAttention(Float32OnCPU):
         query = F.npx.reshape(self.query_proj(query), heads)
         key_heads = F.npx.reshape(self.key_proj(key), heads)
         value = F.npx.reshape(self.value_proj(value), heads)
-        context, (_, weights) = self.attention(query, key_heads, value, None, None,
-                                               valid_length)                   # (B, L_q, D)
+        context, weights = self.attention(query, key_heads, value, None, None,
+                                          valid_length)                        # (B, L_q, D)
         return self.out_proj(context), weights

@@ -1,10 +1,11 @@
 """Query-chunked multi-head attention: long sequences without an L_q x L_m score tensor.
 
-:func:`chunked_dot_attn` runs :func:`~gluon_attention.functional.multi_head_dot_attn` on slices
-of ``chunk_size`` query positions and concatenates the contexts, so the forward pass holds the
-scores and weights of one chunk, (B, K, chunk_size, L_m), at a time. Each query row's softmax
-only involves its own row, so the result is the unchunked result (same operators, same order
-of additions within a row).
+:func:`chunked_dot_attn` runs the composed attention (the ``'composed'`` backend, without raw
+scores) on slices of ``chunk_size`` query positions and concatenates the contexts, so the forward
+pass holds the weights of one chunk, (B, K, chunk_size, L_m), at a time; it is the
+``'chunked'`` backend of :mod:`~gluon_attention.core.backends` with its arguments checked. Each
+query row's softmax only involves its own row, so the result is the unchunked result (same
+operators, same order of additions within a row).
 
 Memory under autograd: MXNet 1.9.1 keeps every chunk's weights for the backward pass (no
 checkpointing of imperative ops), so forward+backward memory is still O(B*K*L_q*L_m).
@@ -18,17 +19,12 @@ function is for general masks, float16 and GPUs.
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
-import mxnet as mx
-
 from .. import _checks
 
 from . import layout as _layout
-from .functional import multi_head_dot_attn
-from .masking import valid_length_to_mask
+from .backends import attend_in_chunks
 
 __all__ = ['chunked_dot_attn']
-
-_TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
 
 
 def _check_chunked(query, key, value, mask_or_valid_length, chunk_size, scaled,
@@ -48,14 +44,6 @@ def _check_chunked(query, key, value, mask_or_valid_length, chunk_size, scaled,
                      'mask', **{'mask_or_valid_length.shape': mask_or_valid_length.shape})
     _layout.check_per_head_inputs(query, key, value, layout, mask=mask, valid_length=lengths,
                                   query_head_units=query_head_units, scaled=scaled)
-
-
-def _memory_mask(key, mask_or_valid_length, layout):
-    """(B,) lengths -> bool (B, 1, L_m); a (B, L_q or 1, L_m) mask is returned unchanged."""
-    if mask_or_valid_length is None or mask_or_valid_length.ndim == 3:
-        return mask_or_valid_length
-    mask = valid_length_to_mask(key, mask_or_valid_length, axis=_TIME_AXIS[layout])  # (B, L_m)
-    return mx.np.expand_dims(mask, 1)                                                # (B, 1, L_m)
 
 
 @_checks.validated_by(_check_chunked)
@@ -95,22 +83,9 @@ def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=51
     Peak memory of the forward pass: about 5 buffers of B*K*chunk_size*L_m elements instead of
     5 of B*K*L_q*L_m.
     """
-    mask = _memory_mask(key, mask_or_valid_length, layout)
-    time_axis = _TIME_AXIS[layout]
-    length = query.shape[time_axis]
-    if query_head_units is None:
-        query_head_units = query.shape[-1]
-    contexts = []
-    for start in range(0, max(length, 1), chunk_size):     # one (empty) chunk when L_q = 0
-        stop = min(start + chunk_size, length)
-        part = query[(slice(None),) * time_axis + (slice(start, stop),)]    # chunk of L_q
-        part_mask = mask
-        if mask is not None and mask.shape[1] != 1:
-            part_mask = mask[:, start:stop]                                   # (B, chunk, L_m)
-        context, _ = multi_head_dot_attn(part, key, value, part_mask, scaled=scaled,
-                                         normalized=normalized, eps=eps,
-                                         query_head_units=query_head_units, layout=layout)
-        if synchronize:
-            context.wait_to_read()
-        contexts.append(context)
-    return mx.np.concatenate(contexts, axis=0 if layout == 'TNK' else 1)
+    given = mask_or_valid_length
+    lengths = given if given is not None and given.ndim == 1 else None          # (B,)
+    mask = given if given is not None and given.ndim == 3 else None             # (B, ., L_m)
+    return attend_in_chunks(query, key, value, mask, lengths, chunk_size, synchronize,
+                            scaled=scaled, normalized=normalized, eps=eps,
+                            query_head_units=query_head_units, layout=layout)

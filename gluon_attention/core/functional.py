@@ -17,7 +17,7 @@ from .. import _checks
 
 from . import layout as _layout
 from ._ops import float32_on_cpu, get_F
-from .masking import combine_masks, length_mask
+from .masking import combine_masks, length_mask, used_memory
 from .softmax import length_softmax, masked_softmax
 
 __all__ = ['l2_normalize', 'dot_attn_score', 'multi_head_dot_attn', 'select_vectors_by_position',
@@ -35,6 +35,11 @@ def zero_unattended(value, mask, layout='NT'):
         return value
     F = get_F(value)
     used = F.np.sum(mask.astype('float32'), axis=1)   # (B, L_m) > 0 where used; L_q = 0 gives 0
+    return _zero_rows(F, value, used, layout)
+
+
+def _zero_rows(F, value, used, layout):
+    """``value`` with the memory rows zeroed where the (B, L_m) ``used`` is 0."""
     if layout == 'TNK':
         used = used.T                                                        # (L_m, B)
     used = F.np.expand_dims(used, 1 if layout == 'NKT' else -1)  # (B,1,L_m) | (B,L_m,1) | (L_m,B,1)
@@ -204,6 +209,21 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         weights = masked_softmax(scores / sqrt(C_k), mask[:, None], axis=-1)
         context = einsum('bnqm,bnmd->bqnd', dropout(weights), value).reshape(B, L_q, K*C_v)
     """
+    context, scores, weights = compose_attention(
+        query, key, value, mask, edge_scores, valid_length, dropout=dropout, scaled=scaled,
+        normalized=normalized, eps=eps, query_head_units=query_head_units, layout=layout,
+        use_einsum=use_einsum)
+    return context, [scores, weights]
+
+
+def compose_attention(query, key, value, mask=None, edge_scores=None, valid_length=None,
+                      dropout=0.0, scaled=True, normalized=False, eps=1e-6,
+                      query_head_units=None, layout='NKT', use_einsum=False, with_scores=True):
+    """The composed computation behind :func:`multi_head_dot_attn` and the ``'composed'``
+    backend (:mod:`~gluon_attention.core.backends`), unchecked: returns ``(context, scores,
+    weights)``, ``scores`` None unless ``with_scores`` (building them costs one more
+    (B, K, L_q, L_m) tensor). Lengths alone take the length-aware softmax and zero the memory
+    rows past every query's length from a (B, L_m) vector: no (B, L_q, L_m) mask."""
     F = get_F(query)
     if normalized:
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
@@ -222,27 +242,29 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
                                  transpose_b=True)                          # (B, K, L_q, L_m)
     if edge_scores is not None:
         logits = logits + (edge_scores if scale is None else edge_scores * scale)
-    scores = logits if scale is None else logits / scale                    # raw, unscaled
-    if valid_length is not None and mask is not None:
-        mask = combine_masks(mask, length_mask(logits, valid_length, axis=-1))
-    mask_3d = mask
+    scores = None
+    if with_scores:
+        scores = logits if scale is None else logits / scale                # raw, unscaled
     if mask is not None:
-        mask = F.np.expand_dims(mask, axis=1)                               # (B, 1, L_q, L_m)
-        weights = masked_softmax(logits, mask, axis=-1)
+        if valid_length is not None:
+            mask = combine_masks(mask, length_mask(logits, valid_length, axis=-1))
+        weights = masked_softmax(logits, F.np.expand_dims(mask, axis=1), axis=-1)
+        value = zero_unattended(value, mask, layout)                        # (B, L_q, L_m) mask
     elif valid_length is not None:
-        mask_3d = length_mask(logits, valid_length, axis=-1)              # (B, 1|L_q, L_m)
-        weights = length_softmax(F, logits, valid_length)
+        lengths = F.npx.reshape(valid_length.astype('float32'), (-2, -1))  # (B, 1|L_q)
+        weights = length_softmax(F, logits, lengths)
+        if _checks.is_symbol(logits) or logits.size:                       # not L_q = 0
+            value = _zero_rows(F, value, used_memory(logits, lengths), layout)
     else:
         weights = F.npx.softmax(logits, axis=-1)
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
-    value = zero_unattended(value, mask_3d, layout)
     if use_einsum:
         context = F.npx.reshape(F.np.einsum(context_eq, weights, value), (-2, -2, -5))
     else:
         value = _layout.to_nkt(value, layout)                               # (B, K, L_m, C_v)
         context = _layout.merge_heads(F, F.npx.batch_dot(weights, value), layout)
-    return context, [scores, weights]
+    return context, scores, weights
 
 
 def _check_positions(data, positions, **_):

@@ -47,7 +47,8 @@ from ._ops import get_F
 from .fused_build import build, library_path
 
 __all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve', 'check_fused_inputs', 'isa', 'cpu_features', 'LIBRARY_OPS']
+           'resolve', 'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features',
+           'LIBRARY_OPS']
 
 OP_NAME = 'ga_fused_attention'
 # Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
@@ -164,13 +165,22 @@ def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
             _checks.fail_type('{} must be an mx.np array (use .as_np_ndarray() on a legacy '
                               'mx.nd array)'.format(name), **{name: type(x).__name__})
         if x.dtype != 'float32':
-            _checks.fail_type('{} must be float32 for the fused kernel (use '
-                              'multi_head_dot_attn for other dtypes)'.format(name),
+            _checks.fail_type('{} must be float32 for the fused kernel (backend \'fused\'; '
+                              "use backend='composed' or multi_head_dot_attn for other "
+                              'dtypes)'.format(name),
                               **{name + '.dtype': str(x.dtype.__name__ if isinstance(
                                   x.dtype, type) else x.dtype)})
-        if x.ctx.device_type != 'cpu':
-            _checks.fail('the fused kernel runs on CPU only (use multi_head_dot_attn on '
-                         'GPU)', **{name + '.ctx': x.ctx})
+        refuse_off_cpu("the fused kernel (backend 'fused')", "use backend='composed' (or "
+                       'multi_head_dot_attn) for arrays on other devices', **{name: x})
+
+
+def refuse_off_cpu(what, alternative, **arrays):
+    """ValueError '<what> runs on CPU only: <alternative>' when one of the named ``arrays`` is
+    an array on another device (symbols and None pass)."""
+    for name, x in arrays.items():
+        if isinstance(x, mx.nd.NDArray) and x.ctx.device_type != 'cpu':
+            _checks.fail('{} runs on CPU only: {}'.format(what, alternative),
+                         **{name + '.ctx': x.ctx})
 
 
 @_checks.validated_by(check_fused_inputs)

@@ -9,10 +9,14 @@ computes ``gelu(data + bias)``, the erf form of GELU (Hendrycks and Gimpel, 2016
 normal CDF from formula 7.1.26 of Abramowitz and Stegun (1964) (absolute error below 1.5e-7,
 about one float32 rounding of the result).
 
-In the composed form (``fused=False``, or when the library is not built) the same functions and
-blocks are MXNet's own ``+``, ``layer_norm``, ``fully_connected`` and ``leaky_relu(act_type=
-'gelu')``. :class:`ResidualLayerNorm` and :class:`DenseGELU` have the parameters (and parameter
-names) of ``nn.LayerNorm`` and ``nn.Dense``, so checkpoints load into either form.
+In the composed form (``fused=False``) the same functions and blocks are MXNet's own ``+``,
+``layer_norm``, ``fully_connected`` and ``leaky_relu(act_type='gelu')``. :class:`ResidualLayerNorm`
+and :class:`DenseGELU` have the parameters (and parameter names) of ``nn.LayerNorm`` and
+``nn.Dense``, so checkpoints load into either form. A block's form is chosen when it is built
+and never changes: ``fused=True`` needs the library (RuntimeError otherwise), and a call of a
+fused block on arrays off the CPU raises ValueError naming the block and ``fused=False``, the
+form to build for them (the models' ``fused_rowwise='auto'`` resolves that choice once, for the
+context they are built for).
 
 Glossary: N rows (every axis but the last), D the last axis.
 """
@@ -24,7 +28,7 @@ from . import fused as _fused
 from ._ops import get_F
 
 __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
-           'BIAS_GELU_OP', 'composed_off_cpu']
+           'BIAS_GELU_OP']
 
 LAYER_NORM_OP, BIAS_GELU_OP = _fused.LIBRARY_OPS[1:]
 
@@ -141,30 +145,31 @@ def bias_gelu(data, bias, fused=True):
                                     _through_copy(F, bias).as_nd_ndarray()).as_np_ndarray()
 
 
-class _Switchable:
-    """The ``fused`` switch of the blocks below (an imperative call on arrays off the CPU
-    takes the composed operators)."""
+class _FusedChoice:
+    """The ``fused`` choice of the blocks below, made when a block is built and never changed.
+    A call on arrays off the CPU with ``fused`` raises ValueError (build with ``fused=False``
+    for them); inside a parent's graph (symbols) the parent checks its own arrays."""
 
-    def _fused_for(self, x):
-        return self._fused and not (isinstance(x, mx.nd.NDArray) and
-                                    x.ctx.device_type != 'cpu')
+    def _choose(self, fused):
+        fused = _checks.check_bool('fused', fused)
+        if fused and not _fused.available():
+            raise RuntimeError(_fused.load_error())
+        self._fused = fused
 
     @property
     def fused(self):
         """Whether the block runs the fused operator."""
         return self._fused
 
-    def set_fused(self, fused):
-        """Switch between the fused operator and the composed ones; returns True when the mode
-        changed (a hybridized parent must then rebuild its graph)."""
-        fused = _checks.check_bool('fused', fused)
-        if fused and not _fused.available():
-            raise RuntimeError(_fused.load_error())
-        changed, self._fused = fused != getattr(self, '_fused', False), fused
-        return changed
+    def forward(self, x, *args):  # pylint: disable=arguments-differ
+        if self._fused:
+            _fused.refuse_off_cpu('{} built with fused=True'.format(type(self).__name__),
+                                  'build it with fused=False for arrays on other devices',
+                                  data=x)
+        return super().forward(x, *args)
 
 
-class ResidualLayerNorm(_Switchable, nn.LayerNorm):
+class ResidualLayerNorm(_FusedChoice, nn.LayerNorm):
     """``nn.LayerNorm`` over the last axis that adds an optional residual first:
     ``block(x, residual)`` is ``LayerNorm(x + residual)``, in one fused operator when ``fused``.
 
@@ -177,25 +182,26 @@ class ResidualLayerNorm(_Switchable, nn.LayerNorm):
         :func:`add_layer_norm` fused (raises RuntimeError when the library is not available).
 
     Inputs: data float32 (..., D); residual, data's shape, optional. Returns (..., D).
-    The parameters are ``gamma`` and ``beta`` (D,), named as ``nn.LayerNorm``'s.
+    The parameters are ``gamma`` and ``beta`` (D,), named as ``nn.LayerNorm``'s. Raises
+    ValueError when ``fused`` and called on arrays off the CPU.
     """
 
     def __init__(self, epsilon=1e-5, in_channels=0, fused=False, prefix=None, params=None):
         super().__init__(epsilon=epsilon, in_channels=in_channels, prefix=prefix, params=params)
-        self.set_fused(fused)
+        self._choose(fused)
 
     def _alias(self):
         return 'layernorm'      # nn.LayerNorm's parameter names
 
     def hybrid_forward(self, F, data, residual=None, gamma=None,  # pylint: disable=arguments-differ
                        beta=None):
-        if self._fused_for(data):
+        if self._fused:
             return add_layer_norm(data, gamma, beta, residual, eps=self._epsilon)
         summed = data if residual is None else residual + data
         return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=self._epsilon)
 
 
-class DenseGELU(_Switchable, nn.Dense):
+class DenseGELU(_FusedChoice, nn.Dense):
     """``nn.Dense(units, flatten=False)`` followed by the erf GELU; when ``fused`` the product
     runs without its bias and :func:`bias_gelu` adds it in the activation's pass.
 
@@ -207,7 +213,8 @@ class DenseGELU(_Switchable, nn.Dense):
     weight_initializer
         As ``nn.Dense``.
 
-    Inputs: x float32 (..., in_units). Returns (..., units). The parameters are ``weight``
+    Inputs: x float32 (..., in_units). Returns (..., units); ValueError when ``fused`` and called
+    on arrays off the CPU. The parameters are ``weight``
     (units, in_units) and ``bias`` (units,), named as ``nn.Dense``'s.
     """
 
@@ -215,37 +222,16 @@ class DenseGELU(_Switchable, nn.Dense):
                  params=None):
         super().__init__(units, flatten=False, in_units=in_units,
                          weight_initializer=weight_initializer, prefix=prefix, params=params)
-        self.set_fused(fused)
+        self._choose(fused)
 
     def _alias(self):
         return 'dense'          # nn.Dense's parameter names
 
     def hybrid_forward(self, F, x, weight, bias=None):  # pylint: disable=arguments-differ
-        if self._fused_for(x):
+        if self._fused:
             out = F.npx.fully_connected(x, weight, no_bias=True, num_hidden=self._units,
                                         flatten=False)
             return bias_gelu(out, bias)
         out = F.npx.fully_connected(x, weight, bias, num_hidden=self._units, flatten=False)
         return F.npx.leaky_relu(out, act_type='gelu')
 
-
-def _tree(block):
-    yield block
-    for child in block._children.values():  # pylint: disable=protected-access
-        yield from _tree(child)
-
-
-def composed_off_cpu(block, x):
-    """Before ``block`` runs on ``x``: when ``x`` is an array on a device other than the CPU
-    (the fused operators are CPU-only), switch every :class:`ResidualLayerNorm` and
-    :class:`DenseGELU` inside ``block`` to the composed operators and drop the cached graphs
-    of the blocks holding them. Returns True when something changed."""
-    if not isinstance(x, mx.nd.NDArray) or x.ctx.device_type == 'cpu':
-        return False
-    blocks = list(_tree(block))
-    changed = any([b.set_fused(False) for b in blocks if isinstance(b, _Switchable)])
-    if changed:
-        for b in blocks:
-            if hasattr(b, '_clear_cached_op'):
-                b._clear_cached_op()  # pylint: disable=protected-access
-    return changed

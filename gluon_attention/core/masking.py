@@ -26,46 +26,13 @@ import numpy as onp
 
 from .. import _checks
 
-from ._ops import get_F, stop_gradient
+from ._ops import broadcast_mask_terms, get_F, mask_fill_like
 
 __all__ = ['mask_fill_like', 'broadcast_mask_terms', 'valid_length_to_mask',
            'gen_self_attn_mask', 'gen_mem_attn_mask', 'combine_masks', 'length_mask',
-           'SEQUENCE_LAYOUTS']
+           'used_memory', 'SEQUENCE_LAYOUTS']
 
 SEQUENCE_LAYOUTS = ('NT', 'TN')
-
-
-def mask_fill_like(F, x):
-    """The lowest finite value of ``x``'s dtype, shaped like ``x`` (shape- and dtype-free).
-
-    -3.4028235e38 for float32, -65504 for float16 (so float16 never overflows to -inf),
-    -1.8e308 for float64. Built as ``nan_to_num(full_like(x, -inf))``, which works inside a
-    symbolic graph where the dtype is not known yet. Same fill as MXNet 2's ``masked_softmax``.
-    """
-    return F.np.nan_to_num(F.np.full_like(x, float('-inf')))
-
-
-def broadcast_mask_terms(F, mask, x):
-    """The two full-size masking terms for scores ``x``: ``(keep, fill)``, both shaped like ``x``,
-    in ``x``'s dtype, and off the gradient path.
-
-    ``keep`` is the 0/1 ``mask`` broadcast to ``x``; ``fill`` is 0 where ``mask`` is 1 and the
-    lowest finite value of ``x``'s dtype where it is 0. ``mask`` (bool or 0/1, same rank as ``x``,
-    each dimension equal or 1) is converted at its own small shape, then broadcast once.
-    Shape- and dtype-free: the dtype comes from a one-element slice of ``x`` (empty ``x`` works).
-
-    Why this form: in MXNet 1.9.1 a broadcasting binary op costs a slow reduction in its
-    backward pass and ``np.where`` runs at a fraction of memory speed; the legacy same-shape
-    ``where`` and a same-shape multiply by ``keep`` are the fastest exact masking measured.
-    """
-    lowest = mask_fill_like(F, F.np.sum(F.npx.reshape(x, (-1,))[0:1]))       # () in x's dtype
-    mask = mask.astype('bool')
-    keep = mask * F.np.ones_like(lowest)                                      # mask's shape
-    fill = F.np.logical_not(mask) * lowest                                    # mask's shape
-    x = x.as_nd_ndarray()
-    keep = F.broadcast_like(keep.as_nd_ndarray(), x).as_np_ndarray()         # x's shape
-    fill = F.broadcast_like(fill.as_nd_ndarray(), x).as_np_ndarray()         # x's shape
-    return stop_gradient(F, keep), stop_gradient(F, fill)
 
 
 def _steps(F, data, axis):
@@ -267,3 +234,16 @@ def length_mask(key, valid_length, axis=1):
     steps = F.npx.arange_like(key, axis=axis).astype('float32')              # (L_m,)
     length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))          # (B, 1) | (B, L_q)
     return F.np.expand_dims(length, -1) > steps                               # (B, ., L_m)
+
+
+def used_memory(scores, lengths):
+    """Memory positions that some query may attend, from lengths: float32 0/1 (B, L_m).
+
+    ``scores`` holds L_m on its last axis (only its shape is used); ``lengths`` float32 (B, 1)
+    or (B, L_q) with L_q >= 1. Position j is used when j < max over the queries of the lengths:
+    the (B, L_m) summary of the key-padding mask without building the (B, L_q, L_m) mask.
+    """
+    F = get_F(scores)
+    steps = F.npx.arange_like(scores, axis=-1).astype('float32')             # (L_m,)
+    longest = F.np.max(lengths, axis=1, keepdims=True)                        # (B, 1)
+    return (steps < longest).astype('float32')                                # (B, L_m)

@@ -14,8 +14,7 @@ import mxnet as mx
 
 from .. import _checks
 
-from ._ops import get_F, masked_fill
-from .masking import broadcast_mask_terms, mask_fill_like
+from ._ops import broadcast_mask_terms, get_F, mask_fill_like, masked_fill
 
 __all__ = ['masked_softmax', 'masked_log_softmax', 'length_softmax']
 
@@ -116,18 +115,18 @@ def masked_log_softmax(att_score, mask=None, axis=-1):
     return F.np.where(mask, log_weights, F.np.full_like(log_weights, float('-inf')))
 
 
-def length_softmax(F, logits, valid_length):
-    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``valid_length`` memory positions.
+def length_softmax(F, logits, lengths):
+    """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``lengths`` memory positions.
 
-    ``valid_length`` is integer (or integral float) (B,) or (B, L_q); the caller has checked it.
-    One fused kernel (``npx.softmax(use_length=True)``): positions at or past the length get a
-    weight of exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the
-    blocked scores are never read (NaN there does not leak). Lengths are clipped to [0, L_m]
+    ``lengths`` is float32 (B, 1) or (B, L_q) holding integers (the caller has checked them and
+    cast them once: :func:`~gluon_attention.core.functional.compose_attention`). One fused
+    kernel (``npx.softmax(use_length=True)``): positions at or past the length get a weight of
+    exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the blocked scores
+    are never read (NaN there does not leak). The lengths are clipped to [0, L_m] here, once,
     so that a graph never reads past a row. Returns float weights shaped like ``logits``.
     """
     rows = F.np.zeros_like(logits[:, :, :, 0]).astype('float32')               # (B, K, L_q)
-    length = F.npx.reshape(valid_length.astype('float32'), (-2, -1))           # (B, 1|L_q)
-    length = F.np.expand_dims(length, 1) + rows                                # (B, K, L_q)
+    length = F.np.expand_dims(lengths, 1) + rows                               # (B, K, L_q)
     memory = F.np.sum(F.np.ones_like(F.npx.arange_like(logits, axis=-1)).astype('float32'))  # L_m
     length = F.np.minimum(F.np.maximum(length, rows), rows + memory)
     return F.npx.softmax(logits, length=length.astype('int32'), axis=-1, use_length=True)

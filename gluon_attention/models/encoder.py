@@ -4,9 +4,12 @@ Glossary: B batch, T sequence length (L_q = L_m = T in self-attention), K heads,
 (model width), H hidden size of the feed-forward network, V vocabulary size.
 
 The self-attention is this library's :class:`~gluon_attention.core.cells.MultiHeadAttentionCell`
-(layout 'NTK', scaled), given per-query memory lengths (its fused length-aware softmax: the
-same weights as the (B, T, T) mask of :func:`~gluon_attention.core.masking.gen_self_attn_mask`
-without building it); the layer layout follows BERT
+(layout 'NTK', scaled; backend 'fused' or 'composed', chosen when the encoder is built). Lengths
+enter once: :class:`TransformerEncoder` turns the (B,) ``valid_length`` into per-query memory
+lengths (B, T), float32 (``valid_length`` for a valid query, 0 for a padded one: the lengths
+form of :func:`~gluon_attention.core.masking.gen_self_attn_mask`), and every layer's attention
+reads those, with no (B, T, T) mask built (the fused kernel reads them as they are; the composed
+path's length-aware softmax broadcasts them over the heads). The layer layout follows BERT
 (Devlin et al., 2019), itself the encoder of Vaswani et al. (2017) with GELU (Hendrycks and
 Gimpel, 2016; the erf form) and the LayerNorm after each residual sum ("post-norm").
 
@@ -17,6 +20,7 @@ graph runs: B = 0 and T = 0 are refused (MXNet graphs cannot reshape them), and 
 import os
 
 import mxnet as mx
+import numpy as onp
 from mxnet.gluon import nn
 
 from .. import _checks
@@ -41,6 +45,32 @@ def _require(name, x):
         _checks.fail_type('{} is required (pass it positionally)'.format(name), **{name: None})
 
 
+def _check_lengths_argument(block, valid_length, ranks):
+    """The second argument of the encoder blocks is ``valid_length``: integer lengths of one of
+    ``ranks``; a mask there (rank 3, or bool) is named as such."""
+    if valid_length is None:
+        return
+    if valid_length.ndim not in ranks or valid_length.dtype == onp.bool_:
+        _checks.fail('{} is called (data, valid_length, mask): its second argument, '
+                     'valid_length, holds integer lengths of shape {}; a (B, T, T) mask goes '
+                     'third'.format(block, ' or '.join(('(B,)', '(B, T)')[r - 1] for r in ranks)),
+                     valid_length='array of shape {}, dtype {}'.format(
+                         valid_length.shape, onp.dtype(valid_length.dtype).name))
+
+
+def _check_fused_call(block, data, mask, fused_attention, fused_rowwise):
+    """A call the kernels chosen at construction cannot serve: arrays off the CPU, a mask."""
+    if fused_attention or fused_rowwise:
+        _fused.refuse_off_cpu('{} built with fused_attention={}, fused_rowwise={}'.format(
+            block, fused_attention, fused_rowwise), 'build it with fused_attention=False and '
+            "fused_rowwise=False (or 'auto' with a GPU context) for arrays on other devices",
+            data=data)
+    if fused_attention and mask is not None:
+        _checks.fail('{} built with fused_attention=True takes key padding as valid_length '
+                     'only, no mask: build it with fused_attention=False for a mask'.format(
+                         block), mask='array of shape {}'.format(mask.shape))
+
+
 def _check_sequence(data, units, valid_length, mask=None):
     """data (B, T, D) float with D = ``units``, B, T >= 1; valid_length (B,) or (B, T) in
     [0, T]; a 0/1 mask broadcasting to (B, T, T)."""
@@ -56,14 +86,34 @@ def _check_sequence(data, units, valid_length, mask=None):
     _checks.check_memory_lengths(valid_length, batch, length, length)
 
 
+class _KernelChoice:
+    """``fused_attention`` and ``fused_rowwise`` of an encoder block, fixed when it is built
+    (``self._fused``), and the checks of a call ``(data, valid_length, mask)``."""
+
+    @property
+    def fused_attention(self):
+        """Whether the self-attention runs the fused kernel (fixed at construction)."""
+        return self._fused[0]
+
+    @property
+    def fused_rowwise(self):
+        """Whether residual + LayerNorm and bias + GELU run the fused operators (fixed)."""
+        return self._fused[1]
+
+    def _check_call(self, data, valid_length, mask, ranks, units):
+        _check_lengths_argument(type(self).__name__, valid_length, ranks)
+        _check_fused_call(type(self).__name__, data, mask, *self._fused)
+        _check_sequence(data, units, valid_length, mask)
+
+
 @mx.util.use_np
-class TransformerEncoderLayer(Float32OnCPU):
+class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
     """One post-norm Transformer encoder layer (BERT layout).
 
     Equivalent computation, with ``mha`` the scaled multi-head attention::
 
         q, k, v = attn_query(x), attn_key(x), attn_value(x)        # (B, T, D) each
-        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, mask or valid_length))))  # (B, T, D)
+        a = attn_ln(x + dropout(attn_proj(mha(q, k, v, valid_length, mask))))  # (B, T, D)
         y = ffn_ln(a + dropout(ffn_2(gelu(ffn_1(a)))))             # (B, T, D)
 
     Parameters
@@ -82,21 +132,22 @@ class TransformerEncoderLayer(Float32OnCPU):
         Epsilon of both LayerNorms.
     activation : {'gelu', 'relu'}
         Feed-forward activation; 'gelu' is the exact (erf) GELU.
-    fused_attention : bool
-        Run the self-attention through the fused kernel (``MultiHeadAttentionCell(fused=True)``:
-        CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``).
-    fused_rowwise : bool
+    fused_attention : bool or 'auto'
+        Run the self-attention through the fused kernel (``MultiHeadAttentionCell(backend=
+        'fused')``: CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``);
+        'auto' as in :class:`TransformerEncoder`. Fixed when the layer is built.
+    fused_rowwise : bool or 'auto'
         Run each residual sum + LayerNorm, and ``ffn_1``'s bias + GELU, as one fused operator
         each (:mod:`gluon_attention.core.fused_rowwise`: CPU, float32); the same parameters.
 
-    Inputs
+    Inputs (positional, the order of every encoder block: data, valid_length, mask)
     ------
     data : float32 (B, T, D)
-    mask : bool or 0/1 (B, T, T), optional
-        Self-attention mask, 1 = attend (see :func:`gluon_attention.gen_self_attn_mask`).
     valid_length : int (B,) or (B, T), optional
         Memory lengths (the fast path for key padding; see
         :func:`gluon_attention.multi_head_dot_attn`). With ``mask``, both apply.
+    mask : bool or 0/1 (B, T, T), optional
+        Self-attention mask, 1 = attend (see :func:`gluon_attention.gen_self_attn_mask`).
 
     Returns
     -------
@@ -107,7 +158,9 @@ class TransformerEncoderLayer(Float32OnCPU):
     ValueError
         On a non-positive size, ``units`` not divisible by ``num_heads``, a rate outside [0, 1)
         or an unknown ``activation``; when called on arrays, on data that is not (B, T, D) with
-        B, T >= 1, a mask or ``valid_length`` of the wrong shape or values.
+        B, T >= 1, a mask or ``valid_length`` of the wrong shape or values (a mask given as the
+        second argument is named as such), or a call the fused kernels cannot serve (arrays
+        off the CPU; a mask with ``fused_attention``).
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
@@ -122,6 +175,9 @@ class TransformerEncoderLayer(Float32OnCPU):
         dropout = _checks.check_probability('dropout', dropout)
         attention_dropout = _checks.check_probability('attention_dropout', attention_dropout)
         self._activation = _checks.check_choice('activation', activation, _ACTIVATIONS)
+        fused_attention = _fused.resolve(fused_attention, attention_dropout)
+        fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
+        self._fused = (fused_attention, fused_rowwise)
 
         def dense(out_units, in_units):
             return nn.Dense(out_units, flatten=False, in_units=in_units,
@@ -134,7 +190,7 @@ class TransformerEncoderLayer(Float32OnCPU):
             self.attn_value = dense(units, units)
             self.attention_cell = MultiHeadAttentionCell(
                 query_units=units, num_heads=num_heads, attention_dropout=attention_dropout,
-                scaled=True, layout='NTK', fused=fused_attention)
+                scaled=True, layout='NTK', backend='fused' if fused_attention else 'composed')
             self.attn_proj = dense(units, units)
             self.attn_dropout = nn.Dropout(dropout)
             self.attn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
@@ -148,10 +204,10 @@ class TransformerEncoderLayer(Float32OnCPU):
     def _split_heads(self, F, x):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
 
-    def check_inputs(self, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
-        _check_sequence(data, self._units, valid_length, mask)
+    def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
+        self._check_call(data, valid_length, mask, (1, 2), self._units)
 
-    def hybrid_forward(self, F, data, mask=None, valid_length=None):  # pylint: disable=arguments-differ
+    def hybrid_forward(self, F, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
         key = self._split_heads(F, self.attn_key(data))        # (B, T, K, D/K)
         value = self._split_heads(F, self.attn_value(data))    # (B, T, K, D/K)
@@ -162,14 +218,9 @@ class TransformerEncoderLayer(Float32OnCPU):
             hidden = F.npx.relu(hidden)
         return self.ffn_ln(self.ffn_dropout(self.ffn_2(hidden)), out)          # (B, T, D)
 
-    def rowwise_blocks(self):
-        """The blocks that ``fused_rowwise`` switches (both LayerNorms, and ``ffn_1`` with
-        GELU)."""
-        return [b for b in (self.attn_ln, self.ffn_1, self.ffn_ln) if hasattr(b, 'set_fused')]
-
 
 @mx.util.use_np
-class TransformerEncoder(Float32OnCPU):
+class TransformerEncoder(_KernelChoice, Float32OnCPU):
     """A stack of ``num_layers`` :class:`TransformerEncoderLayer` sharing one set of lengths.
 
     Parameters
@@ -180,25 +231,36 @@ class TransformerEncoder(Float32OnCPU):
         As in :class:`TransformerEncoderLayer`.
     fused_attention : bool or 'auto'
         Self-attention through the fused kernel (see :mod:`gluon_attention.fused`). 'auto':
-        when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU;
-        a call on GPU arrays switches back to the composed operators.
+        when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU.
+        Resolved once, here; the choice never changes (see Raises).
     fused_rowwise : bool or 'auto'
         Residual + LayerNorm and bias + GELU as fused operators (see
         :class:`TransformerEncoderLayer`). 'auto': when the kernel library is built and the
-        current context is a CPU; a call on GPU arrays switches back, as above.
+        current context is a CPU; resolved once, here.
 
-    Inputs
+    Inputs (positional: data, valid_length, mask)
     ------
     data : float32 (B, T, D)
     valid_length : int32 (B,)
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
-        Called on arrays, data that is not (B, T, D) with B, T >= 1 or lengths outside [0, T]
-        raise ValueError; a missing ``valid_length`` raises TypeError.
+        Turned once into the per-query lengths every layer reads (module docstring).
+    mask : bool or 0/1 (B, T, T), optional
+        A self-attention mask applied with the lengths (1 = attend); composed attention only.
 
     Returns
     -------
     out : float32 (B, T, D)
+
+    Raises
+    ------
+    ValueError
+        Called on arrays: data that is not (B, T, D) with B, T >= 1, lengths that are not (B,)
+        or outside [0, T] (a mask given as the second argument is named as such), a bad mask;
+        with a fused kernel chosen, arrays off the CPU or a mask (build with
+        ``fused_attention=False``, ``fused_rowwise=False`` for them).
+    TypeError
+        A missing ``valid_length``.
     """
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
@@ -208,6 +270,7 @@ class TransformerEncoder(Float32OnCPU):
         num_layers = _checks.check_positive_int('num_layers', num_layers)
         fused_attention = _fused.resolve(fused_attention, attention_dropout)
         fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
+        self._fused = (fused_attention, fused_rowwise)
         with self.name_scope():
             self.layers = nn.HybridSequential()
             for _ in range(num_layers):
@@ -217,60 +280,18 @@ class TransformerEncoder(Float32OnCPU):
                     activation=activation, fused_attention=fused_attention,
                     fused_rowwise=fused_rowwise))
 
-    @property
-    def fused_attention(self):
-        """Whether the layers' self-attention runs the fused kernel."""
-        return all(layer.attention_cell.fused for layer in self.layers)
-
-    def use_fused_attention(self, fused):
-        """Switch every layer's self-attention to the fused kernel or to the composed
-        operators; returns True when something changed (a hybridized parent must then rebuild
-        its graph: ``_clear_cached_op``). The weights are the same either way."""
-        changed = False
-        for layer in self.layers:
-            changed |= layer.attention_cell.set_fused(fused)
-        if changed:
-            self._clear_cached_op()
-        return changed
-
-    @property
-    def fused_rowwise(self):
-        """Whether the layers' residual + LayerNorm and bias + GELU run the fused operators."""
-        return all(b.fused for layer in self.layers for b in layer.rowwise_blocks())
-
-    def use_fused_rowwise(self, fused):
-        """As :meth:`use_fused_attention`, for residual + LayerNorm and bias + GELU."""
-        changed = False
-        for layer in self.layers:
-            for block in layer.rowwise_blocks():
-                changed |= block.set_fused(fused)
-        if changed:
-            self._clear_cached_op()
-        return changed
-
-    def use_composed(self):
-        """Switch everything fused off (the kernels are CPU-only); True when something
-        changed."""
-        return self.use_fused_attention(False) | self.use_fused_rowwise(False)
-
-    def forward(self, data, *args):  # pylint: disable=arguments-differ
-        if isinstance(data, mx.nd.NDArray) and data.ctx.device_type != 'cpu':
-            self.use_composed()                             # the kernels are CPU-only
-        return super().forward(data, *args)
-
-    def check_inputs(self, data, valid_length=None):  # pylint: disable=arguments-differ
+    def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require('valid_length', valid_length)
-        _checks.check_rank('valid_length', valid_length, (1,))
-        _check_sequence(data, self.layers[0]._units, valid_length)
+        self._check_call(data, valid_length, mask, (1,), self.layers[0]._units)
 
-    def hybrid_forward(self, F, data, valid_length):  # pylint: disable=arguments-differ
-        # Per-query memory lengths (B, T): valid_length for a valid query, 0 for a padded one,
-        # the lengths form of gen_self_attn_mask(data, valid_length).
+    def hybrid_forward(self, F, data, valid_length, mask=None):  # pylint: disable=arguments-differ
+        # The one length representation of the layers: per-query memory lengths (B, T),
+        # valid_length for a valid query, 0 for a padded one (gen_self_attn_mask as lengths).
         length = F.npx.reshape(valid_length.astype('float32'), (-2, 1))          # (B, 1)
         steps = F.npx.arange_like(data, axis=1)                                  # (T,)
         query_lengths = (F.np.expand_dims(steps, 0) < length) * length           # (B, T)
         for i in range(len(self.layers)):
-            data = self.layers[i](data, None, query_lengths)                     # (B, T, D)
+            data = self.layers[i](data, query_lengths, mask)                     # (B, T, D)
         return data
 
 
@@ -286,7 +307,7 @@ class BertEncoder(CheckedBlock):
 
         x = word_embed(token_ids) + position_embed(arange(T)) + token_type_embed(token_types)
         x = dropout(embed_ln(x))                                       # (B, T, D)
-        return encoder(x, valid_length)                                # (B, T, D)
+        return encoder(x, valid_length, mask)                          # (B, T, D)
 
     Parameters
     ----------
@@ -312,18 +333,21 @@ class BertEncoder(CheckedBlock):
         Epsilon of every LayerNorm.
     fused_attention : bool or 'auto'
         As in :class:`TransformerEncoder` ('auto': the fused kernel on CPU when it is built and
-        ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``).
+        ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``), resolved
+        once, here (:meth:`from_pretrained` resolves it for its ``ctx``).
     fused_rowwise : bool or 'auto'
         As in :class:`TransformerEncoder` (also for the embeddings' LayerNorm).
 
-    Inputs (positional)
-    -------------------
+    Inputs (positional: data, valid_length, mask)
+    ---------------------------------------------
     token_ids : int32 (B, T)
         Word ids in [0, V).
     token_types : int32 (B, T) or None
         Segment ids in [0, num_token_types); ``None`` means all zeros (one segment).
     valid_length : int32 (B,)
         Number of valid tokens per row, in [0, T]; positions at or beyond it are padding.
+    mask : bool or 0/1 (B, T, T), optional
+        As in :class:`TransformerEncoder` (composed attention only).
 
     Returns
     -------
@@ -340,7 +364,9 @@ class BertEncoder(CheckedBlock):
     ValueError
         On an invalid configuration, or (on arrays, before any graph runs) on inputs of the
         wrong rank, with different shapes, with non-integer or out-of-range ids, with B = 0,
-        T = 0 or T > ``max_length``, or on a ``valid_length`` outside [0, T].
+        T = 0 or T > ``max_length``, or on a ``valid_length`` outside [0, T] or not (B,) (a mask
+        given there is named as such); as :class:`TransformerEncoder` for a call the fused
+        kernels cannot serve (arrays off the CPU, a mask).
     TypeError
         On arrays that are not mx.np arrays, float token ids, or a missing ``valid_length``.
     """
@@ -373,22 +399,25 @@ class BertEncoder(CheckedBlock):
                 fused_attention=fused_attention, fused_rowwise=fused_rowwise)
 
     def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
-        if isinstance(token_ids, mx.nd.NDArray) and token_ids.ctx.device_type != 'cpu':
-            self.use_composed()                                  # the kernels are CPU-only
         if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
             args = (mx.np.zeros_like(token_ids),) + tuple(args[1:])   # one segment: type 0
         return super().forward(token_ids, *args)
 
-    def use_composed(self):
-        """Switch every fused operator off (embeddings and encoder); True when something
-        changed (this block's graph is then rebuilt at the next call)."""
-        changed = self.embed_ln.set_fused(False) | self.encoder.use_composed()
-        if changed:
-            self._clear_cached_op()
-        return changed
+    @property
+    def fused_attention(self):
+        """Whether the self-attention runs the fused kernel (fixed at construction)."""
+        return self.encoder.fused_attention
 
-    def check_inputs(self, token_ids, token_types=None, valid_length=None):  # pylint: disable=arguments-differ
+    @property
+    def fused_rowwise(self):
+        """Whether the LayerNorms and GELUs run the fused operators (fixed at construction)."""
+        return self.encoder.fused_rowwise
+
+    def check_inputs(self, token_ids, token_types=None, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require('valid_length', valid_length)
+        _check_lengths_argument(type(self).__name__, valid_length, (1,))
+        _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
+                          self.fused_rowwise)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:
@@ -402,17 +431,17 @@ class BertEncoder(CheckedBlock):
         if token_ids.shape[1] > self._max_length:
             _checks.fail('the sequence length T must be at most max_length={}'.format(
                 self._max_length), **{'token_ids.shape': token_ids.shape})
-        _checks.check_rank('valid_length', valid_length, (1,))
         _checks.check_valid_length(valid_length, token_ids.shape[1],
                                    batch_size=token_ids.shape[0])
+        _checks.check_mask(mask, token_ids.shape + token_ids.shape[1:])
 
     def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
-                       valid_length):
+                       valid_length, mask=None):
         positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
         data = self.word_embed(token_ids) + self.token_type_embed(token_types) \
             + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
         data = self.embed_dropout(self.embed_ln(data))                   # (B, T, D)
-        return self.encoder(data, valid_length)                          # (B, T, D)
+        return self.encoder(data, valid_length, mask)                    # (B, T, D)
 
     @classmethod
     def from_pretrained(cls, path=None, ctx=None, **overrides):

@@ -17,8 +17,8 @@ from .. import _checks
 from ..core._ops import float32_on_cpu, get_F
 from ..core.base import CheckedBlock
 from ..core.functional import select_vectors_by_position
-from ..core.fused import resolve
-from ..core.fused_rowwise import ResidualLayerNorm, composed_off_cpu
+from ..core.fused import refuse_off_cpu, resolve
+from ..core.fused_rowwise import ResidualLayerNorm
 from ..core.softmax import masked_log_softmax, masked_softmax
 
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
@@ -66,8 +66,14 @@ class _PairSequential(nn.HybridSequential):
         return hidden
 
 
-def _check_head_inputs(backbone, tokens, token_types, valid_length, p_mask):
-    """The backbone's own checks (when it has them) and a 0/1 ``p_mask`` shaped like tokens."""
+def _check_head_inputs(model, tokens, token_types, valid_length, p_mask):
+    """The backbone's own checks (when it has them), a 0/1 ``p_mask`` shaped like tokens, and
+    CPU arrays for a head built with the fused LayerNorm."""
+    backbone = model.backbone
+    if getattr(model, 'fused_rowwise', False):
+        refuse_off_cpu('{} built with fused_rowwise=True'.format(type(model).__name__),
+                       'build it with fused_rowwise=False for arrays on other devices',
+                       tokens=tokens)
     check_backbone = getattr(backbone, 'check_inputs', None)
     if check_backbone is not None:
         check_backbone(tokens, token_types, valid_length)
@@ -94,9 +100,13 @@ class ModelForQAConditional(CheckedBlock):
     activation : str
         Activation of both heads (an ``nn.Activation`` name).
     layer_norm_eps : float
-        Epsilon of the end head's LayerNorm (the fused operator of
-        :mod:`gluon_attention.core.fused_rowwise` on a CPU when the kernel library is built;
-        a call on other devices switches it to MXNet's).
+        Epsilon of the end head's LayerNorm.
+    fused_rowwise : bool or 'auto'
+        That LayerNorm as the fused operator of :mod:`gluon_attention.core.fused_rowwise` (CPU,
+        float32). 'auto', resolved once, here: the backbone's own ``fused_rowwise`` when it has
+        one (a :class:`gluon_attention.BertEncoder`), else True when the kernel library is
+        built and the current context is a CPU. A call on arrays off the CPU with it raises
+        ValueError (build with ``fused_rowwise=False``).
 
     Training call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
     p_mask (B, T) float32 0/1, start_position (B,) int32)`` returns
@@ -113,27 +123,27 @@ class ModelForQAConditional(CheckedBlock):
     """
 
     def __init__(self, backbone, units=384, dropout=0.1, activation='tanh',
-                 layer_norm_eps=1e-12, **kwargs):
+                 layer_norm_eps=1e-12, fused_rowwise='auto', **kwargs):
         super().__init__(**kwargs)
         _checks.check_positive_int('units', units)
         _checks.check_probability('dropout', dropout)
+        if isinstance(fused_rowwise, str) and fused_rowwise == 'auto' and \
+                isinstance(getattr(backbone, 'fused_rowwise', None), bool):
+            fused_rowwise = backbone.fused_rowwise
+        self.fused_rowwise = resolve(fused_rowwise)
         with self.name_scope():
             self.backbone = backbone
             self.start_scores = _dense(1)
             self.end_scores = _PairSequential(prefix='end_')
             self.end_scores.add(_dense(units, _PairDense), nn.Activation(activation),
                                 ResidualLayerNorm(layer_norm_eps, units,
-                                                  fused=resolve('auto')), _dense(1))
+                                                  fused=self.fused_rowwise), _dense(1))
             self.answerable_scores = nn.HybridSequential(prefix='answerable_')
             self.answerable_scores.add(_dense(units), nn.Activation(activation),
                                        nn.Dropout(dropout), _dense(2))
 
-    def forward(self, tokens, *args):  # pylint: disable=arguments-differ
-        composed_off_cpu(self, tokens)
-        return super().forward(tokens, *args)
-
     def check_inputs(self, tokens, token_types, valid_length, p_mask, start_position):  # pylint: disable=arguments-differ
-        _check_head_inputs(self.backbone, tokens, token_types, valid_length, p_mask)
+        _check_head_inputs(self, tokens, token_types, valid_length, p_mask)
         _checks.check_rank('start_position', start_position, (1,))
         _checks.check_valid_length(start_position, tokens.shape[1] - 1, 'start_position',
                                    batch_size=tokens.shape[0])
@@ -223,12 +233,8 @@ class QAInference(CheckedBlock):
         with self.name_scope():
             self.model = model
 
-    def forward(self, tokens, *args):  # pylint: disable=arguments-differ
-        composed_off_cpu(self, tokens)
-        return super().forward(tokens, *args)
-
     def check_inputs(self, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
-        _check_head_inputs(self.model.backbone, tokens, token_types, valid_length, p_mask)
+        _check_head_inputs(self.model, tokens, token_types, valid_length, p_mask)
         if tokens.ndim == 2 and tokens.shape[1] < max(self._top_n):
             _checks.fail('the sequence length T must be at least start_top_n and end_top_n '
                          '{}'.format(self._top_n), **{'tokens.shape': tokens.shape})

@@ -152,15 +152,15 @@ def test_fused_lengths_are_clipped_and_zero_rows_are_zero(rng):
 @pytest.mark.parametrize('mode', HYBRID_MODES)
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_fused_cell_equals_composed_cell(rng, mode, layout):
-    """MultiHeadAttentionCell(fused=True) gives the composed cell's context and gradients,
-    imperative and hybridized, and returns no weights."""
+    """MultiHeadAttentionCell(backend='fused') gives the composed cell's context and
+    gradients, imperative and hybridized, and returns None for the weights."""
     size = (2, 3, 7, 7, 5, 5)
     q, key, v = make_inputs(rng, layout, *size)
     vl = np.array([7, 4], dtype='int32')
     results = []
     for fused_flag in (True, False):
-        cell = hybridize_mode(MultiHeadAttentionCell(layout=layout, fused=fused_flag,
-                                                     normalized=True), mode)
+        cell = hybridize_mode(MultiHeadAttentionCell(
+            layout=layout, backend='fused' if fused_flag else 'composed', normalized=True), mode)
         arrays = [np.array(x, dtype='float32') for x in (q, key, v)]
         for x in arrays:
             x.attach_grad()
@@ -168,7 +168,7 @@ def test_fused_cell_equals_composed_cell(rng, mode, layout):
             ctx, extra = cell(*arrays, None, None, vl)
             loss = (ctx * ctx).sum()
         loss.backward()
-        assert len(extra) == (0 if fused_flag else 2)
+        assert (extra is None) if fused_flag else extra.shape == (2, 3, 7, 7)
         results.append([ctx.asnumpy()] + [x.grad.asnumpy() for x in arrays])
     for got, exp in zip(*results):
         onp.testing.assert_allclose(got, exp, **tol())
@@ -179,7 +179,7 @@ def test_fused_cell_export_round_trip_in_fresh_process(rng, tmp_path):
     in another process and gives the same context."""
     q, key, v = make_inputs(rng, 'NTK', 2, 3, 6, 6, 4, 4)
     vl = onp.array([6, 2], dtype='int32')
-    cell = MultiHeadAttentionCell(layout='NTK', fused=True)
+    cell = MultiHeadAttentionCell(layout='NTK', backend='fused')
     cell.hybridize(static_alloc=True, static_shape=True)
     inputs = [np.array(x, dtype='float32') for x in (q, key, v)]
     ctx = cell(*inputs, None, None, np.array(vl))[0].asnumpy()
@@ -221,10 +221,12 @@ def test_fused_errors(rng):
         fused.fused_dot_attn(q, key, v, scaled='no')
     with pytest.raises(ValueError, match=r'needs C_k > 0'):
         fused.fused_dot_attn(q[..., :0], key[..., :0], v)
-    with pytest.raises(ValueError, match='no attention dropout'):
-        MultiHeadAttentionCell(fused=True, attention_dropout=0.1)
-    cell = MultiHeadAttentionCell(layout='NKT', fused=True)
-    with pytest.raises(ValueError, match='valid_length only'):
+    with pytest.raises(ValueError, match="backend 'fused' has no attention dropout: use "
+                                         "backend='composed'"):
+        MultiHeadAttentionCell(backend='fused', attention_dropout=0.1)
+    cell = MultiHeadAttentionCell(layout='NKT', backend='fused')
+    with pytest.raises(ValueError, match="backend 'fused' cannot take a mask .* use "
+                                         "backend='composed'"):
         cell(q, key, v, np.ones((2, 3, 4)))
 
 
@@ -240,16 +242,16 @@ def test_resolve_auto():
 def test_fused_encoder_equals_composed_encoder(rng):
     """The same weights through the fused and the composed self-attention: equal hidden
     states and equal parameter gradients (padding included)."""
-    enc = TransformerEncoder(2, 16, 24, 4, dropout=0.0, attention_dropout=0.0,
-                             fused_attention=True)
-    enc.initialize(mx.init.Normal(0.5))
-    enc.hybridize(static_alloc=True)
     data = np.array(rng.normal(size=(3, 9, 16)), dtype='float32')
     vl = np.array([9, 4, 0], dtype='int32')
     results = []
     for flag in (True, False):
-        enc.use_fused_attention(flag)
+        enc = TransformerEncoder(2, 16, 24, 4, dropout=0.0, attention_dropout=0.0,
+                                 fused_attention=flag, prefix='enc_')
         assert enc.fused_attention is flag
+        mx.random.seed(3)                                 # the same weights for both
+        enc.initialize(mx.init.Normal(0.5))
+        enc.hybridize(static_alloc=True)
         with autograd.record():
             out = enc(data, vl)
             loss = (out[:2, :4] ** 2).sum()
@@ -277,7 +279,7 @@ def test_pretrained_fused_matches_transformers_fixture():
 @pytest.mark.skipif(num_gpus() == 0, reason='needs a GPU')
 def test_encoders_fall_back_to_composed_attention_on_gpu(rng):
     """The kernel is CPU-only: 'auto' resolves to False for a GPU context, and an encoder built
-    with it switches to the composed operators when called on GPU arrays."""
+    with it refuses GPU arrays (naming the construction that serves them)."""
     gpu = mx.gpu(0)
     assert BertEncoder.from_pretrained(ctx=gpu, attention_dropout=0.0).encoder.fused_attention \
         is False
@@ -285,8 +287,9 @@ def test_encoders_fall_back_to_composed_attention_on_gpu(rng):
                              fused_attention=True)
     enc.initialize(ctx=gpu)
     enc.hybridize()
-    out = enc(np.array(rng.normal(size=(2, 5, 8)), ctx=gpu), np.array([5, 2], ctx=gpu))
-    assert out.shape == (2, 5, 8) and not enc.fused_attention
+    with pytest.raises(ValueError, match='runs on CPU only: build it with fused_attention=False'):
+        enc(np.array(rng.normal(size=(2, 5, 8)), ctx=gpu), np.array([5, 2], ctx=gpu))
+    assert enc.fused_attention
 
 
 def test_build_without_a_compiler_is_a_clear_error_and_leaves_nothing(monkeypatch):

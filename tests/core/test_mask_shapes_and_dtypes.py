@@ -21,7 +21,7 @@ def test_multi_head_cell_accepts_row_key_and_library_masks():
     keep = ref.valid_length_to_mask(onp.array([2]), 4)                       # (1, 4)
     library = ga.gen_mem_attn_mask(data, ints((tokens != 0).sum(1)), data).asnumpy()
     for mask in (keep[:, :, None], keep[:, None, :], library):
-        ctx, (_, weights) = cell(q, k, v, np.array(mask, dtype=bool))
+        ctx, weights = cell(q, k, v, np.array(mask, dtype=bool))
         expected = ref.multi_head_dot_attn(q, k, v, mask, layout='NTK')
         assert onp.isfinite(ctx.asnumpy()).all() and onp.isfinite(weights.asnumpy()).all()
         onp.testing.assert_allclose(ctx.asnumpy(), expected[0], **tol())

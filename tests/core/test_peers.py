@@ -140,7 +140,7 @@ def test_multi_head_attention_cell_matches_gluonnlp(layout):
         y = y.reshape(y.shape[0], y.shape[1], heads, -1).transpose(0, 2, 1, 3)   # NKT
         projected.append(np.array(ref.from_nkt(y, layout), dtype='float32'))
     cell = cells.MultiHeadAttentionCell(query_units=units, num_heads=heads, layout=layout)
-    ctx, (_, weights) = cell(*projected, np.array(mask, dtype=bool))
+    ctx, weights = cell(*projected, np.array(mask, dtype=bool))
     ctx = ctx.asnumpy()
     if layout == 'TNK':
         ctx = ctx.transpose(1, 0, 2)

@@ -337,6 +337,22 @@ BAD = [
     ('TransformerEncoder-valid_length-missing',
      lambda: initialized(ga.TransformerEncoder(1, 8, 8, 2))(rand(1, 3, 8)), TypeError,
      ['valid_length=None']),
+    # the encoder blocks take (data, valid_length, mask): a mask in second place is named
+    ('TransformerEncoderLayer-mask-as-second-argument',
+     lambda: initialized(ga.TransformerEncoderLayer(8, 8, 2))(
+         rand(2, 3, 8), ga.gen_self_attn_mask(rand(2, 3, 8), ints([3, 1]))), ValueError,
+     ['TransformerEncoderLayer is called (data, valid_length, mask)',
+      'valid_length=\'array of shape (2, 3, 3), dtype bool\'']),
+    ('TransformerEncoder-mask-as-second-argument',
+     lambda: initialized(ga.TransformerEncoder(1, 8, 8, 2))(rand(2, 3, 8), np.ones((2, 3, 3))),
+     ValueError, ['its second argument, valid_length, holds integer lengths of shape (B,); a '
+                  '(B, T, T) mask goes third', "shape (2, 3, 3), dtype float32"]),
+    ('BertEncoder-per-query-lengths',
+     lambda: _bert()(ints([[1, 2]]), None, ints([[2, 1]])), ValueError,
+     ['BertEncoder is called (data, valid_length, mask)', 'shape (1, 2), dtype int32']),
+    ('TransformerEncoderLayer-lengths-as-mask',
+     lambda: initialized(ga.TransformerEncoderLayer(8, 8, 2))(rand(2, 3, 8), None, ints([3, 1])),
+     ValueError, ['mask', '(2,)']),
     # ------------------------------------------------------------ QA head
     ('ModelForQAConditional-units-zero', lambda: ModelForQAConditional(_Backbone(), units=0),
      ValueError, ['units=0']),

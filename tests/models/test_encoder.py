@@ -9,8 +9,10 @@ import pathlib
 import mxnet as mx
 import numpy as onp
 import pytest
+from mxnet import np
 from safetensors.numpy import save_file
 
+import gluon_attention as ga
 from conftest import HYBRID_MODES, hybridize_mode
 from gluon_attention import _resources
 from gluon_attention.models import checkpoint
@@ -262,3 +264,31 @@ def test_float_token_ids_are_refused(small_encoder):
                        match=r"integer array \(int32\). Received: token_ids.dtype='float32'"):
         small_encoder(mx.np.array(ids), mx.np.array(ids, dtype='int32'),
                       mx.np.array([5, 2], dtype='int32'))
+
+
+def test_encoder_blocks_take_data_valid_length_then_mask():
+    """One argument order for the three encoder blocks, (data, valid_length, mask): a layer
+    given lengths second equals the layer given the equivalent (B, T, T) mask third (at the
+    valid rows), and the stacks take an optional mask after the lengths (all ones: no change;
+    blocking a key: a change)."""
+    rng = onp.random.RandomState(11)
+    data = np.array(rng.normal(size=(2, 4, 8)), dtype='float32')
+    lengths = np.array([4, 2], dtype='int32')
+    mask = ga.gen_self_attn_mask(data, lengths)                          # (B, T, T)
+    layer = TransformerEncoderLayer(8, 12, 2, dropout=0.0, attention_dropout=0.0)
+    layer.initialize(mx.init.Normal(0.3))
+    keep = valid_positions(lengths.asnumpy(), 4)
+    onp.testing.assert_allclose(layer(data, lengths).asnumpy()[keep],
+                                layer(data, None, mask).asnumpy()[keep], rtol=1e-5, atol=1e-6)
+    stack = TransformerEncoder(1, 8, 12, 2, dropout=0.0, attention_dropout=0.0,
+                                  fused_attention=False)
+    bert = BertEncoder(10, 8, 12, 1, 2, dropout=0.0, attention_dropout=0.0,
+                       fused_attention=False)
+    ids = np.array(rng.randint(0, 10, size=(2, 4)), dtype='int32')
+    for block, args in ((stack, (data,)), (bert, (ids, None))):
+        block.initialize(mx.init.Normal(0.3))
+        plain = block(*args, lengths).asnumpy()
+        onp.testing.assert_array_equal(block(*args, lengths, np.ones((2, 4, 4))).asnumpy(),
+                                       plain)
+        blocked = np.array(onp.arange(4)[None, None, :] != 1).astype('float32')   # key 1 off
+        assert not onp.allclose(block(*args, lengths, blocked).asnumpy()[keep], plain[keep])

@@ -81,7 +81,7 @@ def test_files_are_whole_and_inputs_json_names_the_inputs(tmp_path):
 def test_graph_with_the_fused_kernel_is_noted_and_reloads(tmp_path):
     rng = onp.random.RandomState(4)
     q, k, v = (rng.normal(size=(2, 3, length, 4)).astype('float32') for length in (5, 6, 6))
-    cell = cells.MultiHeadAttentionCell(layout='NKT', fused=True)
+    cell = cells.MultiHeadAttentionCell(layout='NKT', backend='fused')
     batches = [(q, k, v), (q[:1, :, :2], k[:1], v[:1])]
     _, report = export.export_and_check(cell, str(tmp_path / 'cell'), batches,
                                         ['query', 'key', 'value'], ['float32'] * 3)

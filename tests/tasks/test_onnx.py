@@ -153,7 +153,8 @@ class CellWithMask(CellWithLengths):
 @pytest.mark.parametrize('layout', ['NKT', 'NTK', 'TNK'])
 @pytest.mark.parametrize('path', ['lengths', 'mask', pytest.param('fused', marks=requires_fused)])
 def test_multi_head_cell_in_every_layout_matches_mxnet_within_1e5(layout, path, tmp_path):
-    cell = ga.MultiHeadAttentionCell(12, 3, layout=layout, fused=path == 'fused')
+    cell = ga.MultiHeadAttentionCell(12, 3, layout=layout,
+                                     backend='fused' if path == 'fused' else 'composed')
     block = (CellWithMask if path == 'mask' else CellWithLengths)(cell)
     results, _ = check_parity(block, per_head_inputs(layout), QKV_NAMES,
                               per_head_shapes(layout), tmp_path, BLOCK_TOL)
@@ -165,7 +166,8 @@ def test_multi_head_cell_in_every_layout_matches_mxnet_within_1e5(layout, path, 
 
 @pytest.mark.parametrize('path', ['lengths', pytest.param('fused', marks=requires_fused)])
 def test_scores_of_magnitude_1e4_stay_finite_and_match(path, tmp_path):
-    cell = ga.MultiHeadAttentionCell(12, 3, layout='NTK', fused=path == 'fused')
+    cell = ga.MultiHeadAttentionCell(12, 3, layout='NTK',
+                                     backend='fused' if path == 'fused' else 'composed')
     results, _ = check_parity(CellWithLengths(cell), per_head_inputs('NTK', scale=60.0),
                               QKV_NAMES, per_head_shapes('NTK'), tmp_path, BLOCK_TOL)
     for inputs, (context,) in results:

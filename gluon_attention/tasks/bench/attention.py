@@ -80,7 +80,9 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_k
         return lambda: _run(lambda *t: chunked_dot_attn(*t, vl, CHUNK_SIZE), (q, k, v), mode)
     if layout is None:
         return lambda: _run(lambda *t: multi_head_dot_attn(*t, mask)[0], (q, k, v), mode)
-    cell = MultiHeadAttentionCell(layout=layout, fused=fused_kernel)
+    heads, units = CONFIGS[config][1], CONFIGS[config][1] * CONFIGS[config][4]
+    cell = MultiHeadAttentionCell(units, heads, layout=layout,
+                                  backend='fused' if fused_kernel else 'composed')
     cell.hybridize(static_alloc=True, static_shape=True)
     if lengths_input or fused_kernel:    # the same key padding given as (B,) valid lengths
         vl = np.array(lengths, dtype='int32')

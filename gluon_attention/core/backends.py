@@ -1,0 +1,213 @@
+"""Attention backends: three interchangeable implementations of multi-head dot-product attention
+with one signature and one return structure, chosen once, when a block is built.
+
+Every backend is a function ::
+
+    backend(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+            scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+            use_einsum=False, chunk_size=512) -> (context, weights or None)
+
+with the arguments and the context of :func:`~gluon_attention.core.functional.
+multi_head_dot_attn`; ``weights`` are the (B, K, L_q, L_m) attention weights (after dropout)
+where the backend holds them whole, ``None`` where it never does:
+
+- ``'composed'`` (:func:`composed_attn`): MXNet operators, any device and float dtype, masks,
+  edge scores, lengths (no mask tensor built from them), attention dropout; returns the weights.
+  The raw scores of :func:`~gluon_attention.core.functional.multi_head_dot_attn` are not built.
+- ``'fused'`` (:func:`fused_attn`): the C++ kernel of :mod:`gluon_attention.core.fused` (CPU,
+  float32, key padding as ``valid_length`` only, no dropout); weights ``None``.
+- ``'chunked'`` (:func:`chunked_attn`): the composed operators ``chunk_size`` query rows at a
+  time (:func:`attend_in_chunks`, as :func:`~gluon_attention.core.chunked.chunked_dot_attn`),
+  imperatively only; masks and lengths, no edge scores or dropout; weights ``None``.
+
+``use_einsum`` only changes how ``'composed'`` multiplies and ``chunk_size`` only applies to
+``'chunked'``; the other backends ignore them.
+
+**A call a backend cannot serve raises ValueError** naming the backend and the one to use
+instead (no silent fallback, no second graph): a ``mask`` or ``edge_scores`` given to
+``'fused'``, ``edge_scores`` given to ``'chunked'``, ``dropout`` > 0 for either, arrays off the
+CPU or not float32 for ``'fused'`` (TypeError for the dtype), symbols (a graph) for
+``'chunked'``. Blocks refuse the construction-time cases (dropout, a missing kernel library) when
+they are built.
+
+**'auto'** (:func:`resolve_backend`) is resolved once, where a block is built: ``'fused'`` when
+the kernel library is loadable, the attention dropout is 0 and the context (the one given, or
+the current context) is a CPU; ``'composed'`` otherwise. It never picks ``'chunked'`` (a memory
+bound bought with time, and imperative only).
+
+Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
+"""
+import mxnet as mx
+
+from .. import _checks
+
+from . import fused as _fused, layout as _layout
+from ._ops import float32_on_cpu
+from .functional import compose_attention, inverse_sqrt_units, l2_normalize
+
+__all__ = ['BACKENDS', 'resolve_backend', 'get_backend', 'composed_attn', 'fused_attn',
+           'chunked_attn', 'check_backend_call', 'attend_in_chunks']
+
+BACKENDS = ('composed', 'fused', 'chunked')
+_TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
+
+
+def resolve_backend(backend, attention_dropout=0.0, ctx=None):
+    """``'auto'`` or a name of :data:`BACKENDS` -> that name (see the module docstring).
+
+    Parameters
+    ----------
+    backend : {'auto', 'composed', 'fused', 'chunked'}
+    attention_dropout : float
+        The dropout the block applies to its weights ('auto' takes 'composed' when > 0).
+    ctx : mxnet.Context or list of Context, optional
+        Where the block will run; the current context by default.
+
+    Raises
+    ------
+    ValueError
+        An unknown name; ``'fused'`` or ``'chunked'`` with ``attention_dropout`` > 0.
+    RuntimeError
+        ``'fused'`` and the kernel library is not built or not loadable.
+    """
+    _checks.check_choice('backend', backend, ('auto',) + BACKENDS)
+    if backend == 'auto':
+        return 'fused' if _fused.resolve('auto', attention_dropout, ctx) else 'composed'
+    if backend != 'composed' and attention_dropout:
+        _checks.fail("backend '{}' has no attention dropout: use backend='composed' or "
+                     'attention_dropout=0'.format(backend), attention_dropout=attention_dropout)
+    if backend == 'fused' and not _fused.available():
+        raise RuntimeError(_fused.load_error())
+    return backend
+
+
+def get_backend(name):
+    """The function of backend ``name`` (one of :data:`BACKENDS`); ValueError otherwise."""
+    return {'composed': composed_attn, 'fused': fused_attn,
+            'chunked': chunked_attn}[_checks.check_choice('backend', name, BACKENDS)]
+
+
+def _refuse(backend, what, alternative, **received):
+    _checks.fail("backend '{}' cannot take {}: use {}".format(backend, what, alternative),
+                 **received)
+
+
+def _given(x):
+    return None if x is None else ('Symbol' if _checks.is_symbol(x) else x.shape)
+
+
+def check_backend_call(backend, query, mask=None, edge_scores=None, dropout=0.0):
+    """Refuse a call ``backend`` cannot serve (the cases listed in the module docstring that
+    need no values); works on arrays and symbols. The device and dtype checks of 'fused' are
+    :func:`gluon_attention.core.fused.check_fused_inputs`'."""
+    if backend == 'composed':
+        return
+    if dropout:
+        _refuse(backend, 'attention dropout', "backend='composed'", dropout=dropout)
+    if edge_scores is not None:
+        _refuse(backend, 'edge_scores', "backend='composed'", edge_scores=_given(edge_scores))
+    if backend == 'fused' and mask is not None:
+        _refuse(backend, 'a mask (key padding goes in valid_length)',
+                "backend='composed' or 'chunked' for a mask", mask=_given(mask))
+    if backend == 'chunked' and _checks.is_symbol(query):
+        _refuse(backend, 'symbols: it slices L_q imperatively, outside any graph',
+                "backend='composed' or 'fused' inside a hybridized block", query='Symbol')
+
+
+def _checker(backend):
+    def check(query, key, value, mask, edge_scores, valid_length, dropout, scaled,
+              query_head_units, layout, chunk_size, **_):
+        _checks.check_probability('dropout', dropout)
+        check_backend_call(backend, query, mask, edge_scores, dropout)
+        if backend == 'fused':
+            _fused.check_fused_inputs(query, key, value, valid_length, scaled, query_head_units,
+                                      layout)
+            return
+        if backend == 'chunked':
+            _checks.check_positive_int('chunk_size', chunk_size)
+        _layout.check_per_head_inputs(query, key, value, layout, mask, edge_scores, valid_length,
+                                      query_head_units, scaled)
+    return check
+
+
+@_checks.validated_by(_checker('composed'))
+@float32_on_cpu
+def composed_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+                  scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+                  use_einsum=False, chunk_size=512):
+    """The ``'composed'`` backend: ``(context, weights)``, weights (B, K, L_q, L_m) after
+    dropout, in the inputs' dtype. Arguments, shapes and errors: the module docstring and
+    :func:`~gluon_attention.core.functional.multi_head_dot_attn`; ``chunk_size`` is ignored."""
+    del chunk_size
+    context, _, weights = compose_attention(
+        query, key, value, mask, edge_scores, valid_length, dropout=dropout, scaled=scaled,
+        normalized=normalized, eps=eps, query_head_units=query_head_units, layout=layout,
+        use_einsum=use_einsum, with_scores=False)
+    return context, weights
+
+
+@_checks.validated_by(_checker('fused'))
+def fused_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+               scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+               use_einsum=False, chunk_size=512):
+    """The ``'fused'`` backend: ``(context, None)`` by
+    :func:`gluon_attention.core.fused.fused_dot_attn` (``normalized`` L2-normalises query and
+    key first). Inside a graph without ``query_head_units`` the scale 1/sqrt(C_k) is read from
+    the query's shape and folded into it. Refuses what the module docstring lists (a ``mask``,
+    ``edge_scores``, ``dropout``; off-CPU or non-float32 arrays); ``use_einsum`` and
+    ``chunk_size`` are ignored."""
+    del use_einsum, chunk_size
+    check_backend_call('fused', query, mask, edge_scores, dropout)
+    if normalized:
+        query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
+    if scaled and query_head_units is None and _checks.is_symbol(query):
+        query, scaled = query * inverse_sqrt_units(query), False
+    return _fused.fused_dot_attn(query, key, value, valid_length, scaled=scaled,
+                                 query_head_units=query_head_units, layout=layout), None
+
+
+@_checks.validated_by(_checker('chunked'))
+def chunked_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+                 scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+                 use_einsum=False, chunk_size=512):
+    """The ``'chunked'`` backend: ``(context, None)``, ``chunk_size`` query rows at a time
+    (:func:`attend_in_chunks`; checked, the same computation as
+    :func:`gluon_attention.core.chunked.chunked_dot_attn`, which takes lengths or a mask),
+    imperative only. Refuses ``edge_scores``, ``dropout`` and symbols (ValueError);
+    ``use_einsum`` is ignored."""
+    del use_einsum
+    check_backend_call('chunked', query, mask, edge_scores, dropout)
+    return attend_in_chunks(query, key, value, mask, valid_length, chunk_size, scaled=scaled,
+                            normalized=normalized, eps=eps, query_head_units=query_head_units,
+                            layout=layout), None
+
+
+@float32_on_cpu
+def attend_in_chunks(query, key, value, mask=None, valid_length=None, chunk_size=512,
+                     synchronize=True, scaled=True, normalized=False, eps=1e-6,
+                     query_head_units=None, layout='NKT'):
+    """The composed attention ``chunk_size`` query rows at a time, concatenated (arrays only,
+    unchecked): a (B, L_q, L_m) mask and (B, L_q) lengths are sliced with the query rows,
+    (B, 1, L_m) masks and (B,) lengths apply to every chunk. ``synchronize`` waits for each
+    chunk before issuing the next, so MXNet's asynchronous engine cannot hold the buffers of
+    several chunks at once. Returns the context, as :func:`composed_attn` would."""
+    time_axis = _TIME_AXIS[layout]
+    length = query.shape[time_axis]
+    if query_head_units is None:
+        query_head_units = query.shape[-1]
+    contexts = []
+    for start in range(0, max(length, 1), chunk_size):     # one (empty) chunk when L_q = 0
+        rows = slice(start, min(start + chunk_size, length))
+        part = query[(slice(None),) * time_axis + (rows,)]                    # chunk of L_q
+        part_mask = mask if mask is None or mask.shape[1] == 1 else mask[:, rows]
+        part_length = valid_length
+        if valid_length is not None and valid_length.ndim == 2:
+            part_length = valid_length[:, rows]                               # (B, chunk)
+        context = compose_attention(part, key, value, part_mask, None, part_length, scaled=scaled,
+                                    normalized=normalized, eps=eps,
+                                    query_head_units=query_head_units, layout=layout,
+                                    with_scores=False)[0]
+        if synchronize:
+            context.wait_to_read()
+        contexts.append(context)
+    return mx.np.concatenate(contexts, axis=0 if layout == 'TNK' else 1)
