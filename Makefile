@@ -58,8 +58,10 @@ demo-dist: venv
 	$(PY) scripts/launch.py -n 2 -s 1 -- $(PY) scripts/run_squad.py train --kvstore dist_sync \
 	    --batch-size 8 --threads $(WORKER_THREADS) --output-dir runs/squad-dist $(ARGS)
 
+# ARGS first, so that a command (train, the default; evaluate, predict, plot-attention) leads;
+# --threads from THREADS unless ARGS gives it.
 nli: venv
-	$(PY) scripts/train_nli.py --threads $(THREADS) $(ARGS)
+	$(PY) scripts/train_nli.py $(ARGS) $(if $(findstring --threads,$(ARGS)),,--threads $(THREADS))
 
 $(PEER_VENV)/.installed: bench/peer-constraints.txt
 	$(PYTHON) -m venv $(PEER_VENV)

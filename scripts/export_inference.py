@@ -71,7 +71,7 @@ def _squad_model(run):
     import gluon_attention as ga
     from gluon_attention.models.qa import ModelForQAConditional
     from gluon_attention.tasks.squad.folder import QA_CONFIG, load_qa_model
-    from gluon_attention.tasks.engine.training import CheckpointManager
+    from gluon_attention.tasks.engine.checkpoints import CheckpointManager
     folder = os.path.join(run, 'model')
     if os.path.isfile(os.path.join(folder, QA_CONFIG)):
         return load_qa_model(folder, ga.BertEncoder.from_pretrained(folder), [mx.cpu()])[0]

@@ -1,6 +1,12 @@
 #!/usr/bin/env python
 """Train, evaluate and export decomposable attention (Parikh et al., 2016) on real SNLI data.
 
+Commands (``train`` when none is given):
+  train           train, keep the best epoch, write metrics.json, export and check the reload
+  evaluate PATH   score the model of --output-dir on PATH (either format) -> eval_metrics.json
+  predict PREMISE HYPOTHESIS   print the label and the three probabilities of one pair
+  plot-attention N             heat maps of the alignment of N validation pairs -> attention.png
+
 Default run (no arguments; the data ships inside the package): train on the SNLI dev pairs of the
 e-SNLI line-format files minus the pairs that occur in the two SNLI 1.0 jsonl subsets (matched on
 normalized text), validate on the 2,527 labelled jsonl pairs, keep the best epoch, write
@@ -11,78 +17,92 @@ options resumes after its last finished epoch (``<output-dir>/checkpoints``).
 Data paths: a ``*.jsonl`` (or ``.jsonl.gz``) file is read as SNLI 1.0 jsonl; anything else is the
 one-sentence-per-line format given as the folder plus the split name, i.e. the common prefix of
 ``s1.X``/``s2.X``/``labels.X`` without ``s1.``: ``.../esnli_infersent_format/dev`` for ``s1.dev``.
-
-Other modes (they load the model of --output-dir instead of training):
-  --evaluate PATH            score PATH (either format), write <output-dir>/eval_metrics.json
-  --predict PREMISE HYPOTHESIS   print the label and the three probabilities
-  --plot-attention N         heat maps of the alignment of N validation pairs -> attention.png
+``<command> --help`` lists every option with its default.
 """
 import argparse
 
+COMMANDS = ('train', 'evaluate', 'predict', 'plot-attention')
+HELP = {'train': 'train, keep the best epoch, write metrics.json, export and check the reload',
+        'evaluate': 'score the model of --output-dir on the labelled pairs of PATH',
+        'predict': 'the label and the three probabilities of one pair',
+        'plot-attention': 'heat maps of the alignment of the first N validation pairs'}
+#: The options of NLIConfig that the commands using a trained model read.
+MODEL_OPTIONS = {'evaluate': ('output_dir', 'ctx', 'threads'),
+                 'predict': ('output_dir', 'ctx', 'threads'),
+                 'plot-attention': ('output_dir', 'ctx', 'threads', 'valid')}
+
 
 def build_parser():
-    """The command line: the options of NLIConfig, then the modes that use a trained model."""
+    """The command line: one sub-command per mode, each with the NLIConfig options it reads."""
+    import dataclasses
     from gluon_attention.tasks.engine.config import add_arguments
     from gluon_attention.tasks.nli.config import NLIConfig
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+    parser = argparse.ArgumentParser(prog='train_nli.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1])
-    add_arguments(parser.add_argument_group('training (the default mode)'), NLIConfig)
-    modes = parser.add_argument_group('other modes (they read the model of --output-dir)')
-    modes.add_argument('--evaluate', metavar='PATH', default='',
-                       help="score the model on PATH, either format (default: '': train)")
-    modes.add_argument('--output', metavar='FILE', default='',
-                       help="metrics file of --evaluate (default: '': "
-                            '<output-dir>/eval_metrics.json)')
-    modes.add_argument('--predict', nargs=2, metavar=('PREMISE', 'HYPOTHESIS'), default=None,
-                       help='print the label and the three probabilities of one pair '
-                            '(default: None)')
-    modes.add_argument('--plot-attention', type=int, metavar='N', default=0,
-                       help='heat maps of the alignment of the first N validation pairs -> '
-                            '<output-dir>/attention.png (default: 0: no plot)')
+    commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')
+    names = {f.name for f in dataclasses.fields(NLIConfig)}
+    for name in COMMANDS:
+        sub = commands.add_parser(name, help=HELP[name], description=HELP[name])
+        keep = MODEL_OPTIONS.get(name, names)
+        add_arguments(sub, NLIConfig, skip=names - set(keep))
+        sub.set_defaults(parser=sub)
+    commands.choices['evaluate'].add_argument('path', metavar='PATH',
+                                              help='the labelled pairs to score, either format')
+    commands.choices['evaluate'].add_argument(
+        '--output', metavar='FILE', default='',
+        help="the metrics file (default: '': <output-dir>/eval_metrics.json)")
+    commands.choices['predict'].add_argument('premise', metavar='PREMISE')
+    commands.choices['predict'].add_argument('hypothesis', metavar='HYPOTHESIS')
+    commands.choices['plot-attention'].add_argument(
+        'count', metavar='N', type=int, help='how many validation pairs (the first N)')
     return parser
 
 
-def _check_modes(args):
-    """At most one of --evaluate, --predict, --plot-attention; --predict sentences non-empty."""
+def _check_command(args):
+    """The sentences of ``predict`` must not be empty."""
     from gluon_attention._checks import fail
-    modes = {'evaluate': args.evaluate, 'predict': args.predict,
-             'plot_attention': args.plot_attention}
-    given = {name: value for name, value in modes.items() if value}
-    if len(given) > 1:
-        fail('give at most one of --evaluate, --predict, --plot-attention', **given)
-    if args.predict and not all(text.strip() for text in args.predict):
-        fail('--predict needs a non-empty premise and hypothesis', premise=args.predict[0],
-             hypothesis=args.predict[1])
+    if args.command == 'predict' and not (args.premise.strip() and args.hypothesis.strip()):
+        fail('predict needs a non-empty premise and hypothesis', premise=args.premise,
+             hypothesis=args.hypothesis)
+
+
+def _use_model(args, config):
+    """evaluate, predict or plot-attention: the model of --output-dir at work."""
+    from gluon_attention.tasks.nli import model
+    if args.command == 'evaluate':
+        return model.evaluate(config, args.path, args.output)
+    if args.command == 'predict':
+        return model.predict(config, args.premise, args.hypothesis)
+    return model.plot_attention(config, args.count)
 
 
 def main(argv=None):
-    """Run the mode the command line names; returns what the library function returns."""
+    """Run the command the command line names; returns what the library function returns."""
+    import sys
     import mxnet as mx
-    from gluon_attention.tasks.nli import job as nli
     from gluon_attention.tasks.engine.config import from_args
     from gluon_attention.tasks.nli.config import NLIConfig, check_config
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS + ('-h', '--help'):
+        argv = ['train'] + argv
+    args = build_parser().parse_args(argv)
     config = from_args(NLIConfig, args)
     try:
         check_config(config)
-        _check_modes(args)
+        _check_command(args)
     except (ValueError, TypeError) as err:
-        parser.error(str(err))
+        args.parser.error(str(err))
     mx.npx.set_np()
+    from gluon_attention.tasks.nli import job, model
     try:            # a missing or malformed data file or model folder: one line, nothing written
-        if args.evaluate:
-            return nli.evaluate(config, args.evaluate, args.output)
-        if args.predict:
-            return nli.predict(config, *args.predict)
-        if args.plot_attention:
-            return nli.plot_attention(config, args.plot_attention)
-        data = nli.load_data(config)
-        entry = nli.check_resume(config)
+        if args.command != 'train':
+            return _use_model(args, config)
+        data = model.load_data(config)
+        entry = job.check_resumable(config)
     except (ValueError, OSError, ImportError) as err:
         raise SystemExit('train_nli.py: error: {}'.format(err)) from None
-    return nli.train(config, data, entry)
+    return job.train(config, data, entry)
 
 
 if __name__ == '__main__':

@@ -21,7 +21,9 @@ from gluon_attention.export import export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
-from gluon_attention.tasks.engine import common, training
+from gluon_attention.tasks.engine import checkpoints, common
+from gluon_attention.tasks.engine.distributed import DataParallel
+from gluon_attention.tasks.engine.loop import train_steps
 
 
 @mx.util.use_np
@@ -83,6 +85,13 @@ def _nli(hybridize=False):
     if hybridize:
         block.hybridize()
     return block
+
+
+def _engine(**options):
+    """DataParallel over an initialised Dense layer with ``options``."""
+    net = nn.Dense(2, in_units=3)
+    net.initialize()
+    return DataParallel(net.collect_params(), **options)
 
 
 def _dpa(*args):
@@ -447,8 +456,17 @@ BAD = [
     ('parse_ctx-unknown-device', lambda: common.parse_ctx('tpu0'), ValueError, ["'tpu0'"]),
     ('parse_ctx-repeated-context', lambda: common.parse_ctx('cpu,cpu'), ValueError,
      ["'cpu,cpu'"]),
-    ('CheckpointManager-keep-zero', lambda: training.CheckpointManager('.', keep=0), ValueError,
+    ('CheckpointManager-keep-zero', lambda: checkpoints.CheckpointManager('.', keep=0), ValueError,
      ['keep=0']),
+    ('DataParallel-lr_scheduler-in-optimizer_params', lambda: _engine(
+        optimizer_params={'lr_scheduler': mx.lr_scheduler.FactorScheduler(10)}), ValueError,
+     ['train_steps(schedule=...)', 'Received: lr_scheduler=<mxnet.lr_scheduler.FactorScheduler']),
+    ('DataParallel-lr_scheduler-on-the-optimizer', lambda: _engine(
+        optimizer=mx.optimizer.SGD(lr_scheduler=mx.lr_scheduler.FactorScheduler(10))),
+     ValueError, ['train_steps(schedule=...)']),
+    ('train_steps-config-not-a-StepConfig', lambda: train_steps(
+        None, None, None, [], None, {'seed': 0}), TypeError,
+     ['config must be a StepConfig', "Received: config='dict'"]),
     ('import_block-missing-files', lambda: import_block('none'), ValueError, ['none']),
     ('export_block-names-and-dtypes-differ',
      lambda: export_block(ga.DotProductAttention(), 'x', ['a', 'b'], ['float32']),

@@ -122,7 +122,7 @@ def test_no_module_imports_from_its_own_layer_sideways_or_above():
 
 
 def test_the_rooms_of_tasks_are_layered():
-    assert layer('tasks.engine.training') < layer('tasks.export.onnx') < layer(
+    assert layer('tasks.engine.loop') < layer('tasks.export.onnx') < layer(
         'tasks.squad.train') == layer('tasks.nli.job') < layer('tasks.bench.qa')
     graph = import_graph()
     assert 'tasks.squad.onnx_check' in graph['tasks.bench.qa']     # the graph sees late imports

@@ -1,6 +1,7 @@
-"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli.job): the command line (every flag
-with its default, the --ctx grammar), one tiny run through every mode (train, export check,
-run_config.json, evaluate, predict, plot) and the resumption of an interrupted run.
+"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli): the command line (its
+sub-commands, every flag with its default, the --ctx grammar, the old mode flags refused), one tiny
+run through every command (train, export check, run_config.json, evaluate, predict,
+plot-attention) and the resumption of an interrupted run.
 
 Tiny settings (160 training pairs, at most 3 updates of 16 pairs, hidden size 8) keep each run to
 a few seconds; the script is loaded as a module and called in this process.
@@ -14,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gluon_attention.data import snli
-from gluon_attention.tasks.engine import common
+from gluon_attention.tasks.engine import checkpoints, common
 from gluon_attention.tasks.engine.config import read_run_config
-from gluon_attention.tasks.nli import job as nli
 from gluon_attention.tasks.nli.config import NLIConfig
+from gluon_attention.tasks.nli.model import INPUT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED = ROOT / 'gluon_attention' / 'resources' / 'snli'
@@ -51,12 +52,35 @@ def _small_valid(tmp_path, count=40):
     return str(path)
 
 
-def test_help_lists_every_flag_with_its_default(script, capsys):
+def _subparser(script, command):
+    return next(a for a in script.build_parser()._actions
+                if a.dest == 'command').choices[command]
+
+
+def test_help_names_every_command_and_train_is_the_default(script, capsys):
     with pytest.raises(SystemExit) as info:
         script.main(['--help'])
     assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert '{train,evaluate,predict,plot-attention}' in out and "``train`` when none" in out
+
+
+@pytest.mark.parametrize('command, options', [
+    ('evaluate', {'output_dir', 'ctx', 'threads', 'output'}),
+    ('predict', {'output_dir', 'ctx', 'threads'}),
+    ('plot-attention', {'output_dir', 'ctx', 'threads', 'valid'})])
+def test_commands_that_use_a_trained_model_take_only_the_options_they_read(script, command,
+                                                                          options):
+    flags = {a.dest for a in _subparser(script, command)._actions if a.option_strings}
+    assert flags - {'help'} == options
+
+
+def test_help_lists_every_flag_with_its_default(script, capsys):
+    with pytest.raises(SystemExit) as info:
+        script.main(['train', '--help'])
+    assert info.value.code == 0
     text = ' '.join(capsys.readouterr().out.split())
-    actions = [a for a in script.build_parser()._actions if a.dest != 'help']
+    actions = [a for a in _subparser(script, 'train')._actions if a.dest != 'help']
     assert {a.dest for a in actions} >= {f.name for f in dataclasses.fields(NLIConfig)}
     for action in actions:
         assert action.option_strings[0] in text
@@ -76,13 +100,13 @@ def test_ctx_outside_the_grammar_is_refused_naming_the_accepted_forms(script, ca
     assert not (tmp_path / 'out').exists()
 
 
-@pytest.mark.parametrize('mode', [[], ['--predict', 'A man sleeps.', 'A person rests.']])
+@pytest.mark.parametrize('command', [[], ['predict', 'A man sleeps.', 'A person rests.']])
 def test_ctx_naming_an_absent_gpu_is_a_one_line_error_before_anything_is_written(
-        script, capsys, tmp_path, mode):
+        script, capsys, tmp_path, command):
     import mxnet as mx
     ctx = 'gpu({})'.format(mx.context.num_gpus())          # one past the last GPU there is
     with pytest.raises(SystemExit) as info:
-        script.main(['--ctx', ctx, '--output-dir', str(tmp_path / 'out')] + mode)
+        script.main(command + ['--ctx', ctx, '--output-dir', str(tmp_path / 'out')])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and err[-1].endswith(
         "--ctx names a GPU but this MXNet sees {} GPU(s). Received: ctx='{}'".format(
@@ -90,18 +114,18 @@ def test_ctx_naming_an_absent_gpu_is_a_one_line_error_before_anything_is_written
     assert not (tmp_path / 'out').exists()
 
 
-@pytest.mark.parametrize('extra, message', [
-    (['--evaluate', 'x.jsonl', '--predict', 'a', 'b'],
-     "give at most one of --evaluate, --predict, --plot-attention. Received: evaluate='x.jsonl', "
-     "predict=['a', 'b']"),
-    (['--predict', '', 'A person rests.'], "--predict needs a non-empty premise and hypothesis. "
-                                           "Received: premise='', hypothesis='A person rests.'"),
-    (['--predict', 'A man sleeps.', '  '], "--predict needs a non-empty premise and hypothesis"),
+@pytest.mark.parametrize('argv, message', [
+    (['predict', '', 'A person rests.'], "predict needs a non-empty premise and hypothesis. "
+                                         "Received: premise='', hypothesis='A person rests.'"),
+    (['predict', 'A man sleeps.', '  '], "predict needs a non-empty premise and hypothesis"),
+    (['--evaluate', 'x.jsonl'], 'unrecognized arguments: --evaluate x.jsonl'),
+    (['--predict', 'a', 'b'], 'unrecognized arguments: --predict a b'),
+    (['--plot-attention', '2'], 'unrecognized arguments: --plot-attention 2'),
 ])
-def test_conflicting_modes_and_empty_predict_sentences_are_one_line_errors(
-        script, capsys, tmp_path, extra, message):
+def test_empty_predict_sentences_and_the_old_mode_flags_are_one_line_errors(
+        script, capsys, tmp_path, argv, message):
     with pytest.raises(SystemExit) as info:
-        script.main(['--output-dir', str(tmp_path / 'out')] + extra)
+        script.main(argv + ['--output-dir', str(tmp_path / 'out')])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and message in err[-1], err
     assert not (tmp_path / 'out').exists()
@@ -123,7 +147,7 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
     assert json.loads((out / 'config.json').read_text())['model'] == {
         'embed_size': 100, 'num_hiddens': 8, 'dropout': 0.2}
     spec = json.loads((out / 'model-inputs.json').read_text())
-    assert spec['input_names'] == nli.INPUT_NAMES and spec['input_dtypes'] == ['int32'] * 4
+    assert spec['input_names'] == INPUT_NAMES and spec['input_dtypes'] == ['int32'] * 4
     assert not [p for p in out.rglob('*') if '.tmp' in p.name]
 
     folder = tmp_path / 'lines'
@@ -132,14 +156,14 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
         rows = (PACKAGED / (kind + '.dev')).read_text(encoding='utf-8').splitlines()[:30]
         (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
     common_args = ['--threads', '1', '--output-dir', str(out)]
-    evaluated = script.main(common_args + ['--evaluate', str(folder / 'tiny')])
+    evaluated = script.main(['evaluate', str(folder / 'tiny')] + common_args)
     assert evaluated['num_examples'] == 30
     assert json.loads((out / 'eval_metrics.json').read_text()) == json.loads(
         json.dumps(evaluated))
-    probabilities = script.main(common_args + ['--predict', 'A dog runs.', 'An animal moves.'])
+    probabilities = script.main(['predict', 'A dog runs.', 'An animal moves.'] + common_args)
     assert set(probabilities) == set(snli.LABELS)
     assert sum(probabilities.values()) == pytest.approx(1, abs=1e-6)
-    assert Path(script.main(common_args + ['--plot-attention', '2'])).stat().st_size > 1000
+    assert Path(script.main(['plot-attention', '2'] + common_args)).stat().st_size > 1000
 
 
 def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupted_run(
@@ -149,19 +173,19 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
     A rerun with other training options is refused before anything is written."""
     args = TINY + ['--valid', _small_valid(tmp_path), '--max-steps', '0', '--max-train', '48']
     straight = script.main(args + ['--output-dir', str(tmp_path / 'straight')])
-    real_save = nli.CheckpointManager.save
+    real_save = checkpoints.CheckpointManager.save
 
     def save_then_die(self, *a, **k):
         real_save(self, *a, **k)
         raise KeyboardInterrupt('killed after the checkpoint')
-    monkeypatch.setattr(nli.CheckpointManager, 'save', save_then_die)
+    monkeypatch.setattr(checkpoints.CheckpointManager, 'save', save_then_die)
     with pytest.raises(KeyboardInterrupt):
         script.main(args + ['--output-dir', str(tmp_path / 'killed')])
-    monkeypatch.setattr(nli.CheckpointManager, 'save', real_save)
+    monkeypatch.setattr(checkpoints.CheckpointManager, 'save', real_save)
     assert not (tmp_path / 'killed' / 'metrics.json').exists()
     capsys.readouterr()
     resumed = script.main(args + ['--output-dir', str(tmp_path / 'killed')])
-    assert 'resuming after epoch 1 (step 3)' in capsys.readouterr().out
+    assert 'resuming from step 3 of 6 (after epoch 1)' in capsys.readouterr().out
     assert [h['steps'] for h in straight['history']] == [3, 6]
     assert _without_run_specifics(resumed) == _without_run_specifics(straight)
 
@@ -179,12 +203,12 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
     again = script.main(args + ['--output-dir', str(tmp_path / 'killed')])
     out, err = capsys.readouterr()
     assert err.count('checkpoint of step {} in'.format(newest['step'])) == 1, err
-    assert 'fails its sha256 check' in err and 'resuming after epoch 1 (step 3)' in out
+    assert 'fails its sha256 check' in err and 'resuming from step 3 of 6 (after epoch 1)' in out
     assert _without_run_specifics(again) == _without_run_specifics(straight)
 
 
 def test_plot_without_matplotlib_says_how_to_install_it(script, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, 'matplotlib', None)      # import matplotlib fails
     with pytest.raises(SystemExit, match=r'pip install gluon_attention\[plots\]'):
-        script.main(['--output-dir', str(tmp_path), '--plot-attention', '2'])
+        script.main(['plot-attention', '2', '--output-dir', str(tmp_path)])
     assert not list(tmp_path.iterdir())

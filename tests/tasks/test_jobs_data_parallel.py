@@ -167,5 +167,5 @@ def test_dist_kvstore_outside_a_launched_job_is_refused_before_any_work(job, mon
         if job == 'squad':
             check_resumable(TrainConfig(kvstore='dist_sync', output_dir=str(tmp_path)))
         else:
-            nli.check_resume(NLIConfig(kvstore='dist_sync', output_dir=str(tmp_path)))
+            nli.check_resumable(NLIConfig(kvstore='dist_sync', output_dir=str(tmp_path)))
     assert not os.listdir(tmp_path)

@@ -19,7 +19,7 @@ import pytest
 from mxnet.gluon import nn
 
 from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.training import CheckpointManager
+from gluon_attention.tasks.engine.checkpoints import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / 'scripts' / 'run_squad.py'

@@ -1,5 +1,6 @@
 """Training utilities: the engine's clipped AdamW step against a float64 reference, the
-schedule, contexts."""
+schedule, the shared loop's epochs, contexts."""
+import json
 import math
 
 import mxnet as mx
@@ -9,7 +10,7 @@ from mxnet import gluon
 
 from gluon_attention.tasks.engine.common import parse_ctx
 from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.training import linear_warmup_decay
+from gluon_attention.tasks.engine.loop import StepConfig, linear_warmup_decay, train_steps
 
 
 def _adamw_steps(weight, grads, lr, wd, betas=(0.9, 0.999), eps=1e-6):
@@ -60,6 +61,55 @@ def test_linear_warmup_then_decay_to_zero():
     assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
     assert lrs[-1] == pytest.approx(1 / 18)
+
+
+def _tiny_run(folder, steps, on_epoch_end=None, epoch_ends=(5, 10, 12), on_step=None):
+    """A Dense layer trained on 12 batches of 2 examples with epochs of 5, 5 and 2 steps."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(2, in_units=3))
+    net.initialize(mx.init.Constant(0.5))
+    engine = DataParallel(net.collect_params())
+    x = onp.arange(24 * 3, dtype='float32').reshape(24, 3) / 50
+    batches = [[2 * s, 2 * s + 1] for s in range(steps)]
+    train_steps(net, engine, lambda part: (net(part['x']) ** 2).sum(), batches,
+                lambda ids: {'x': x[ids]}, StepConfig(keep_checkpoints=0),
+                checkpoint_dir=str(folder), meta={'job': 'tiny'}, on_step=on_step,
+                epoch_ends=epoch_ends, on_epoch_end=on_epoch_end)
+    return net
+
+
+def test_epoch_hook_runs_after_each_epochs_last_step_and_its_meta_is_checkpointed(tmp_path):
+    calls, steps = [], []
+
+    def on_epoch_end(epoch, done):
+        calls.append((epoch, done, list(steps)))
+        return {'epoch': epoch}
+    _tiny_run(tmp_path, 12, on_epoch_end, on_step=lambda result: steps.append(result.step))
+    assert [c[:2] for c in calls] == [(1, 5), (2, 10), (3, 12)]
+    assert [c[2][-1] for c in calls] == [4, 9, 11]           # after the epoch's last step
+    index = json.loads((tmp_path / 'checkpoints.json').read_text())
+    assert [(e['step'], e['meta']['epoch'], e['meta']['job']) for e in index] == [
+        (5, 1, 'tiny'), (10, 2, 'tiny'), (12, 3, 'tiny')]
+
+
+def test_a_run_resumed_at_an_epoch_end_ends_as_a_straight_run(tmp_path, capsys):
+    straight = _tiny_run(tmp_path / 'straight', 12)[0].weight.data().asnumpy()
+    folder = tmp_path / 'resumed'
+    _tiny_run(folder, 12)
+    index = json.loads((folder / 'checkpoints.json').read_text())
+    (folder / 'checkpoints.json').write_text(json.dumps(index[:1]))   # as if killed at step 5
+    capsys.readouterr()
+    resumed = _tiny_run(folder, 12)[0].weight.data().asnumpy()
+    assert 'resuming from step 5 of 12 (after epoch 1)' in capsys.readouterr().out
+    onp.testing.assert_array_equal(resumed, straight)
+    assert not onp.array_equal(straight, onp.full_like(straight, 0.5))
+
+
+@pytest.mark.parametrize('epoch_ends', [(5, 5), (0, 12), (5, 13)])
+def test_epoch_ends_must_increase_within_the_run(tmp_path, epoch_ends):
+    with pytest.raises(ValueError, match=r'epoch_ends must be increasing step counts in \[1, '
+                                         r'12\]. Received: epoch_ends='):
+        _tiny_run(tmp_path, 12, epoch_ends=epoch_ends)
 
 
 @pytest.mark.parametrize('text, expected', [

@@ -2,7 +2,12 @@
 the command line is generated from it, and a run writes it to ``<output-dir>/run_config.json``.
 
 A field is declared with :func:`option`; its type comes from the default (``bool`` fields become
-``--name/--no-name`` switches). ``config.json`` is reserved for model folders.
+``--name/--no-name`` switches). A field declared with :func:`recipe_option` shapes the trained
+model (data, sizes, optimisation, seed): :func:`recipe` gathers them, the recipe a checkpoint
+records and must match to resume
+(:func:`~gluon_attention.tasks.engine.checkpoints.check_resume`); the other options (where to
+write, devices, threads, progress bars, evaluation) may change between a killed run and its
+resumption. ``config.json`` is reserved for model folders.
 """
 import argparse
 import dataclasses
@@ -12,8 +17,8 @@ import os
 from ... import _checks
 from .common import atomic_write_json
 
-__all__ = ['option', 'add_arguments', 'from_args', 'write_run_config', 'read_run_config',
-           'RUN_CONFIG']
+__all__ = ['option', 'recipe_option', 'recipe', 'add_arguments', 'from_args',
+           'write_run_config', 'read_run_config', 'RUN_CONFIG']
 
 RUN_CONFIG = 'run_config.json'
 
@@ -21,6 +26,18 @@ RUN_CONFIG = 'run_config.json'
 def option(default, help, choices=None):  # pylint: disable=redefined-builtin
     """A config field with its default, help text and optional choices (shown by ``--help``)."""
     return dataclasses.field(default=default, metadata={'help': help, 'choices': choices})
+
+
+def recipe_option(default, help, choices=None):  # pylint: disable=redefined-builtin
+    """An :func:`option` that is part of the training recipe (see the module docstring)."""
+    field = option(default, help, choices)
+    return dataclasses.field(default=default, metadata=dict(field.metadata, recipe=True))
+
+
+def recipe(config):
+    """The recipe options of ``config`` (a dataclass instance) as a dict, in field order."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.metadata.get('recipe')}
 
 
 def add_arguments(parser, config_class, skip=()):

@@ -11,7 +11,8 @@ takes its slice (:meth:`DataParallel.shard`), splits it into micro-batches (grad
 accumulation) and each micro-batch over its devices. Losses are summed over examples and the
 update divides by the global batch size, so in exact arithmetic a run gives the same parameters
 whatever the number of workers, devices and micro-batches; a checkpoint (written by rank 0)
-resumes under any layout. :func:`train_steps` is the loop the jobs share.
+resumes under any layout. The loop the jobs share runs on it
+(:func:`~gluon_attention.tasks.engine.loop.train_steps`).
 
 Why no updates on the servers: a server runs its loop inside ``import mxnet``, before it could
 import our optimizer (unpickling it fails, and the workers still exit 0 with the raw summed
@@ -19,10 +20,7 @@ gradient as weights); MXNet's ``Optimizer.__getstate__`` drops the per-parameter
 ``Trainer.save_states`` refuses distributed state. ``dist_async`` needs updates on the servers
 and is refused.
 """
-import collections
-import dataclasses
 import math
-import time
 import warnings
 
 import mxnet as mx
@@ -30,12 +28,11 @@ import numpy as onp
 from mxnet import autograd, gluon
 
 from ... import _checks
-from . import optim      # also registers the 'adamw' optimizer
-from .common import seed_step
+from . import optim  # noqa: F401 (registers the 'adamw' optimizer)
+from .checkpoints import load_trainer_state, trainer_state_dict
 from .launch import create_kvstore
-from .training import CheckpointManager, linear_warmup_decay
 
-__all__ = ['DataParallel', 'StepConfig', 'StepResult', 'train_steps']
+__all__ = ['DataParallel']
 
 
 @mx.util.use_np
@@ -54,13 +51,17 @@ class DataParallel:
     optimizer : str or mx.optimizer.Optimizer
         Default ``'adamw'`` (:class:`~gluon_attention.tasks.engine.optim.AdamW`).
     optimizer_params : dict, optional
-        Passed to the optimizer, e.g. ``{'wd': 0.01}``.
+        Passed to the optimizer, e.g. ``{'wd': 0.01}``. No ``lr_scheduler``: :meth:`step` sets
+        each step's learning rate (a schedule is given to
+        :func:`~gluon_attention.tasks.engine.loop.train_steps` as ``schedule``).
 
     Raises
     ------
     ValueError
         As ``create_kvstore``, or a parameter whose shape is still unknown (deferred
-        initialization: run one forward pass first), or no trainable parameter.
+        initialization: run one forward pass first), or no trainable parameter, or an
+        ``lr_scheduler`` in ``optimizer_params`` or on ``optimizer`` (MXNet would accept it,
+        then fail at the first :meth:`step`).
 
     Attributes
     ----------
@@ -73,6 +74,13 @@ class DataParallel:
     """
 
     def __init__(self, params, kvstore='device', optimizer='adamw', optimizer_params=None):
+        scheduler = (optimizer_params or {}).get('lr_scheduler') or getattr(
+            optimizer, 'lr_scheduler', None)
+        if scheduler is not None:
+            _checks.fail('expected no lr_scheduler (in optimizer_params or the optimizer): the '
+                         'engine sets the learning rate of every step; give the schedule to '
+                         'train_steps(schedule=...) as schedule(step, total_steps) -> rate',
+                         lr_scheduler=scheduler)
         params = list(params.values()) if hasattr(params, 'values') else list(params)
         self.params = [p for p in params if p.grad_req != 'null']
         deferred = [p.name for p in self.params
@@ -184,92 +192,11 @@ class DataParallel:
         self._fed.clear()
 
     def state_dict(self):
-        """The optimizer state as NumPy arrays (:func:`~.optim.trainer_state_dict`); the same
-        on every worker, so rank 0 saves it for all."""
-        return optim.trainer_state_dict(self.trainer)
+        """The optimizer state as NumPy arrays (:func:`~.checkpoints.trainer_state_dict`); the
+        same on every worker, so rank 0 saves it for all."""
+        return trainer_state_dict(self.trainer)
 
     def load_state_dict(self, state):
         """Load a :meth:`state_dict`, also one saved under another layout of workers and
-        devices (:func:`~.optim.load_trainer_state`)."""
-        optim.load_trainer_state(self.trainer, state)
-
-
-@dataclasses.dataclass
-class StepConfig:
-    """What :func:`train_steps` reads from a job's config (any object with these fields)."""
-    seed: int = 0
-    lr: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    grad_accum_steps: int = 1
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 2
-
-
-#: One finished step: index, this worker's mean loss, learning rate, gradient norm, examples.
-StepResult = collections.namedtuple('StepResult', 'step loss lr grad_norm examples')
-
-
-def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_dir=None,
-                meta=None, on_step=None, schedule=None):
-    """Run (or resume) the steps of ``batches`` with ``engine``; returns (first step, seconds).
-
-    Parameters
-    ----------
-    net : gluon.Block
-        The model whose parameters are checkpointed.
-    engine : DataParallel
-    loss_fn : callable
-        As in :meth:`DataParallel.forward_backward`.
-    batches : list of sequences of int
-        The global batches of the whole run, the same on every worker.
-    load_batch : callable
-        ``load_batch(indices)`` -> dict of NumPy arrays for those examples (axis 0).
-    config : StepConfig or a job config with the same fields
-        ``seed``: step s reseeds with ``seed_step(seed, s * num_workers + rank)``;
-        ``grad_accum_steps``: micro-batches per worker and step; ``checkpoint_every``: save
-        every N steps (0: only after the last); ``keep_checkpoints``: how many of the newest
-        checkpoints stay on disk (0: every one; 2 when the config has no such field).
-    checkpoint_dir : str, optional
-        Resume from the newest intact checkpoint there; rank 0 saves (every worker must read
-        the same folder: a shared file system across machines).
-    meta : dict, optional
-        Stored with each checkpoint, plus ``train_seconds`` summed over resumed runs.
-    on_step : callable, optional
-        Called on every worker with a :class:`StepResult` after each step.
-    schedule : callable, optional
-        ``schedule(step, total_steps)`` -> learning rate; default linear warm-up and decay
-        from ``config.lr`` over ``config.warmup_ratio``.
-
-    Returns
-    -------
-    (int, float)
-        The step this call started from (0, or the resumed checkpoint's), and the training
-        seconds of the whole run.
-    """
-    keep = getattr(config, 'keep_checkpoints', 2) or None
-    manager = CheckpointManager(checkpoint_dir, keep) if checkpoint_dir else None
-    entry = manager.latest() if manager else None
-    begin, earlier = 0, 0.0
-    if entry is not None:
-        manager.restore(entry, net, engine, engine.contexts)
-        begin, earlier = entry['step'], float(entry['meta'].get('train_seconds', 0.0))
-        if engine.is_chief:
-            print('resuming from step {} of {}'.format(begin, len(batches)), flush=True)
-    schedule = schedule or (lambda s, n: linear_warmup_decay(s, n, config.lr, config.warmup_ratio))
-    started, seconds = time.time(), earlier
-    for step in range(begin, len(batches)):
-        seed_step(config.seed, step * engine.num_workers + engine.rank)
-        shard, loss = engine.shard(batches[step]), 0.0
-        for ids in onp.array_split(shard, config.grad_accum_steps):
-            loss += engine.forward_backward(loss_fn, load_batch(ids)) if len(ids) else 0.0
-        lr = schedule(step, len(batches))
-        norm = engine.step(len(batches[step]), lr, config.max_grad_norm)
-        seconds = round(earlier + time.time() - started, 1)
-        if on_step is not None:
-            on_step(StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard)))
-        last = step + 1 == len(batches)
-        every = config.checkpoint_every
-        if manager and engine.is_chief and (last or (every and (step + 1) % every == 0)):
-            manager.save(step + 1, net, engine, dict(meta or {}, train_seconds=seconds))
-    return begin, seconds
+        devices (:func:`~.checkpoints.load_trainer_state`)."""
+        load_trainer_state(self.trainer, state)

@@ -1,5 +1,6 @@
-"""The processes of a distributed job: joining one from a worker (:func:`create_kvstore`) and
-starting one on this machine (:func:`launch_local`: scheduler, servers and workers).
+"""The processes of a distributed job: joining one from a worker (:func:`create_kvstore`, checked
+before a job reads its data by :func:`check_kvstore`) and starting one on this machine
+(:func:`launch_local`: scheduler, servers and workers).
 
 The processes find each other through MXNet's DMLC variables on the loopback address; their
 output is forwarded line by line with a prefix (``[worker 1]``: the worker's kvstore rank, known
@@ -26,8 +27,8 @@ import mxnet as mx
 from ... import _checks
 from .common import atomic_path
 
-__all__ = ['KVSTORES', 'DMLC_VARIABLES', 'RANK_FILE_VARIABLE', 'create_kvstore', 'HOST',
-           'free_port', 'launch_local']
+__all__ = ['KVSTORES', 'DMLC_VARIABLES', 'RANK_FILE_VARIABLE', 'create_kvstore',
+           'check_kvstore', 'HOST', 'free_port', 'launch_local']
 
 #: The kvstore types accepted (``device`` sums on the devices, ``local`` on the CPU).
 KVSTORES = ('device', 'local', 'dist_sync', 'dist_device_sync')
@@ -86,6 +87,34 @@ def create_kvstore(kvstore):
     return store
 
 #: The only address the local launcher uses.
+def check_kvstore(kvstore):
+    """Check ``--kvstore`` before a job reads its data; returns the number of workers.
+
+    Returns
+    -------
+    int
+        ``DMLC_NUM_WORKER`` under a ``dist_*`` kvstore (set by ``scripts/launch.py``), else 1.
+
+    Raises
+    ------
+    ValueError
+        As :func:`create_kvstore` for a local kvstore (an unknown type, a process launched as
+        one of several workers); for a ``dist_*`` kvstore in a process that is not a worker of
+        a launched job (a DMLC variable missing). A ``dist_*`` kvstore is joined later, by the
+        engine.
+    """
+    if kvstore not in KVSTORES or not kvstore.startswith('dist'):
+        create_kvstore(kvstore)       # raises, or returns a local type's name (creates nothing)
+        return 1
+    missing = [name for name in DMLC_VARIABLES if not os.environ.get(name)]
+    if missing or os.environ['DMLC_ROLE'] != 'worker':
+        _checks.fail('--kvstore {} trains in the workers of a launched job: start it with '
+                     'scripts/launch.py, or set the DMLC variables by hand (README, "More than '
+                     'one device or machine")'.format(kvstore),
+                     missing=missing, DMLC_ROLE=os.environ.get('DMLC_ROLE'))
+    return int(os.environ['DMLC_NUM_WORKER'])
+
+
 HOST = '127.0.0.1'
 _GRACE_SECONDS = 10.0   # how long the scheduler and servers get to finish after the workers
 

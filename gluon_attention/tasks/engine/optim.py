@@ -17,19 +17,17 @@ The update of step t (1-based, counted per parameter), with ``g`` the gradient t
 BERT's optimizer. The state of a parameter is ``(m, v)``, float32 ``mx.nd`` arrays shaped like
 the weight; the step counts are MXNet's per-device counts (``Optimizer._index_update_count``).
 
-:func:`trainer_state_dict` and :func:`load_trainer_state` save and restore the optimizer state
-of a ``gluon.Trainer`` with updates on the workers (any optimizer), where
-``Trainer.save_states`` refuses a distributed kvstore.
+Its state is saved and restored with the checkpoints
+(:func:`~gluon_attention.tasks.engine.checkpoints.trainer_state_dict`).
 """
 import math
 import re
 
 import mxnet as mx
-import numpy as onp
 
 from ... import _checks
 
-__all__ = ['AdamW', 'NO_DECAY', 'trainer_state_dict', 'load_trainer_state']
+__all__ = ['AdamW', 'NO_DECAY']
 
 #: Parameters whose name matches this pattern get no weight decay (biases, LayerNorm gamma/beta).
 NO_DECAY = r'(bias|gamma|beta)$'
@@ -117,76 +115,3 @@ class AdamW(mx.optimizer.Optimizer):
             lr=math.sqrt(1 - self.beta2 ** step) / (1 - self.beta1 ** step),
             eta=self._get_lr(index), beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
             wd=wd, clip_gradient=self.clip_gradient or -1.0, out=weight)
-
-
-def _leaves(state):
-    """The arrays of an optimizer state (an array, None, or nested tuples/lists of them)."""
-    if state is None:
-        return []
-    if isinstance(state, (tuple, list)):
-        return [leaf for item in state for leaf in _leaves(item)]
-    return [state]
-
-
-def trainer_state_dict(trainer):
-    """The optimizer state of ``trainer`` (its first device's copy) as NumPy arrays.
-
-    Keys: ``num_update``, ``count_<i>`` (the updates of parameter i, what bias correction
-    counts) and ``state_<i>_<j>`` (the j-th array of its state, e.g. AdamW's m and v), i
-    indexing the trainer's parameters in order. For ``numpy.savez``.
-    """
-    # pylint: disable=protected-access
-    optimizer, updater = trainer.optimizer, trainer._updaters[0]
-    counts = optimizer._all_index_update_counts.get(trainer._contexts[0].device_id, {})
-    state = {'num_update': onp.array(optimizer.num_update)}
-    for index in sorted(updater.states):
-        state['count_%d' % index] = onp.array(counts.get(index, 0))
-        for j, leaf in enumerate(_leaves(updater.states[index])):
-            state['state_%d_%d' % (index, j)] = leaf.asnumpy()
-    return state
-
-
-def load_trainer_state(trainer, state):
-    """Load a :func:`trainer_state_dict` into every device's copy of ``trainer``'s state.
-
-    The state of a parameter not updated yet is created first (the optimizer's
-    ``create_state_multi_precision``), then overwritten.
-
-    Raises
-    ------
-    ValueError
-        A parameter index, array count or shape that does not fit this trainer's parameters
-        and optimizer.
-    """
-    # pylint: disable=protected-access
-    optimizer = trainer.optimizer
-    counts = {int(k[len('count_'):]): int(v) for k, v in state.items() if k.startswith('count_')}
-    for updater, ctx in zip(trainer._updaters, trainer._contexts):
-        for index in counts:
-            _load_param_state(trainer, updater, ctx, index, state)
-        optimizer._all_index_update_counts[ctx.device_id] = dict(counts)
-    optimizer._set_current_context(trainer._contexts[0].device_id)
-    optimizer.num_update = int(state['num_update'])
-
-
-def _load_param_state(trainer, updater, ctx, index, state):
-    # pylint: disable=protected-access
-    params, optimizer = trainer._params, trainer.optimizer
-    if index >= len(params):
-        _checks.fail('expected an optimizer state for {} parameters'.format(len(params)),
-                     index=index)
-    if index not in updater.states:
-        weight = params[index].data(ctx)
-        if not getattr(optimizer, 'allow_np_array', False):
-            weight = weight.as_nd_ndarray()
-        updater.states[index] = optimizer.create_state_multi_precision(index, weight)
-    updater.states_synced[index] = True
-    leaves = _leaves(updater.states[index])
-    saved = [state.get('state_%d_%d' % (index, j)) for j in range(len(leaves))]
-    extra = 'state_%d_%d' % (index, len(leaves)) in state
-    if extra or any(s is None or s.shape != l.shape for s, l in zip(saved, leaves)):
-        _checks.fail('the optimizer state does not fit parameter {} ({}, state shapes {})'.format(
-            index, params[index].name, [l.shape for l in leaves]),
-            saved=[None if s is None else s.shape for s in saved])
-    for leaf, value in zip(leaves, saved):
-        leaf[:] = value

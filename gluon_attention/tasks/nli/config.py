@@ -1,48 +1,49 @@
 """The options of the NLI job (``scripts/train_nli.py``), declared once with defaults and help.
 
 ``--help`` and ``<output-dir>/run_config.json`` are generated from :class:`NLIConfig`. Every option
-except those in :data:`RUN_OPTIONS` shapes the trained model: a checkpoint only resumes a run whose
-other options are all equal.
+but where and how the run goes (``output_dir``, ``ctx``, ``kvstore``, ``threads``, ``progress``)
+is a recipe option (:func:`~gluon_attention.tasks.engine.config.recipe_option`): it shapes the
+trained model, and a checkpoint only resumes a run whose recipe options are all equal.
 """
 import dataclasses
 
 from ... import _checks
 from ..engine.common import parse_devices
-from ..engine.config import option
+from ..engine.config import option, recipe_option
 from ..engine.launch import KVSTORES
 
-__all__ = ['NLIConfig', 'RUN_OPTIONS', 'check_config']
-
-#: Options that may change between a killed run and its resumption (where and how it runs).
-RUN_OPTIONS = ('output_dir', 'ctx', 'kvstore', 'threads', 'progress')
+__all__ = ['NLIConfig', 'check_config']
 
 
 @dataclasses.dataclass
 class NLIConfig:
     """Decomposable attention on SNLI: data, model sizes, optimisation and where to run."""
-    train: str = option('', "training pairs: a .jsonl(.gz) file or a one-sentence-per-line "
-                        "prefix such as .../esnli_infersent_format/dev ('': the packaged e-SNLI "
-                        'dev pairs)')
-    valid: str = option('', "validation files, comma-separated ('': the two packaged SNLI jsonl "
-                        'subsets); their pairs are removed from the training pairs')
-    glove: str = option('none', "GloVe text file (.txt or .gz), 'sample' (the packaged 100-word "
-                        "sample) or 'none'")
-    min_count: int = option(1, 'a training token enters the vocabulary this many times or more')
-    max_length: int = option(50, 'sentences are cut to this many tokens')
-    max_train: int = option(0, 'use only the first N training pairs (0: all)')
-    embed_size: int = option(100, 'word embedding size')
-    num_hiddens: int = option(200, 'hidden size of the attend, compare and aggregate networks')
-    dropout: float = option(0.2, 'dropout before every dense layer, in [0, 1)')
-    epochs: int = option(6, 'passes over the training pairs')
-    max_steps: int = option(0, 'stop after this many updates (0: no limit)')
-    batch_size: int = option(64, 'pairs per update (batches are bucketed by length)')
-    lr: float = option(1e-3, 'Adam learning rate')
-    weight_decay: float = option(0.0, 'Adam weight decay')
-    seed: int = option(0, 'initialisation seed; step k reseeds dropout and shuffling from '
-                       '(seed, k), so runs repeat exactly')
+    train: str = recipe_option(
+        '', "training pairs: a .jsonl(.gz) file or a one-sentence-per-line prefix such as "
+            ".../esnli_infersent_format/dev ('': the packaged e-SNLI dev pairs)")
+    valid: str = recipe_option(
+        '', "validation files, comma-separated ('': the two packaged SNLI jsonl subsets); their "
+            'pairs are removed from the training pairs')
+    glove: str = recipe_option(
+        'none', "GloVe text file (.txt or .gz), 'sample' (the packaged 100-word sample) or 'none'")
+    min_count: int = recipe_option(
+        1, 'a training token enters the vocabulary this many times or more')
+    max_length: int = recipe_option(50, 'sentences are cut to this many tokens')
+    max_train: int = recipe_option(0, 'use only the first N training pairs (0: all)')
+    embed_size: int = recipe_option(100, 'word embedding size')
+    num_hiddens: int = recipe_option(
+        200, 'hidden size of the attend, compare and aggregate networks')
+    dropout: float = recipe_option(0.2, 'dropout before every dense layer, in [0, 1)')
+    epochs: int = recipe_option(6, 'passes over the training pairs')
+    max_steps: int = recipe_option(0, 'stop after this many updates (0: no limit)')
+    batch_size: int = recipe_option(64, 'pairs per update (batches are bucketed by length)')
+    lr: float = recipe_option(1e-3, 'Adam learning rate')
+    weight_decay: float = recipe_option(0.0, 'Adam weight decay')
+    seed: int = recipe_option(0, 'initialisation seed; step k reseeds dropout and shuffling from '
+                                 '(seed, k), so runs repeat exactly')
     output_dir: str = option('runs/nli', 'run folder: run_config.json, checkpoints/, the model '
                              '(best.params, vocab.json, config.json), metrics.json, the export; '
-                             '--evaluate, --predict and --plot-attention read the model here')
+                             'evaluate, predict and plot-attention read the model here')
     ctx: str = option('cpu', "devices: cpu, gpu, cpu(N), gpu(N), comma-separated (data parallel)")
     kvstore: str = option(
         'device', 'gradient summation: device or local in one process; dist_sync or '

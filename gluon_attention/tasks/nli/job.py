@@ -1,14 +1,15 @@
 """The NLI job: decomposable attention (Parikh et al., 2016) trained, scored and exported on SNLI.
 
-:func:`train`, :func:`evaluate`, :func:`predict` and :func:`plot_attention` take an
-:class:`~gluon_attention.tasks.nli.config.NLIConfig`; ``scripts/train_nli.py`` is their command
-line. The run folder ``config.output_dir`` holds ``run_config.json`` (the options),
+:func:`train` takes an :class:`~gluon_attention.tasks.nli.config.NLIConfig`, as do
+:func:`~gluon_attention.tasks.nli.model.evaluate`, ``predict`` and ``plot_attention``, which use the
+trained model; ``scripts/train_nli.py`` is their command line. The steps run on the shared loop
+(:func:`~gluon_attention.tasks.engine.loop.train_steps`), whose end-of-epoch hook validates and
+keeps the best epoch. The run folder ``config.output_dir`` holds ``run_config.json`` (the options),
 ``checkpoints/`` (one per epoch: a killed run rerun with the same options resumes after its last
 finished epoch), the model (``best.params``, ``vocab.json`` and ``config.json``, the model's own
 configuration), ``metrics.json`` and the export ``model-symbol.json`` / ``model-0000.params`` /
 ``model-inputs.json``. Labels: 0 entailment, 1 contradiction, 2 neutral.
 """
-import dataclasses
 import os
 import time
 
@@ -19,17 +20,18 @@ from ... import _checks
 from ...data import glove as glove_io
 from ...data import snli
 from ...models.nli import DecomposableAttention
+from ..engine.checkpoints import check_resume
 from ..engine.common import atomic_path, atomic_write_json, parse_devices, seed_step
-from ..engine.config import write_run_config
+from ..engine.config import recipe, write_run_config
 from ..engine.distributed import DataParallel
-from ..engine.training import CheckpointManager, check_engine_state, check_kvstore
+from ..engine.launch import check_kvstore
+from ..engine.loop import StepConfig, train_steps
 from ..export.block import export_and_check
-from .config import RUN_OPTIONS, check_config
+from .config import NLIConfig, check_config
 from .model import (EVAL_BATCH_SIZE, INPUT_DTYPES, INPUT_NAMES, load_data, load_model,
-                        plot_attention, predict_logits, save_model_config)
+                    predict_logits, save_model_config)
 
-__all__ = ['train', 'evaluate', 'predict', 'plot_attention', 'check_resume', 'load_data',
-           'load_model', 'predict_logits', 'INPUT_NAMES', 'INPUT_DTYPES']
+__all__ = ['train', 'check_resumable']
 
 
 def _glove(model, config, train_pairs, vocab):
@@ -47,36 +49,21 @@ def _glove(model, config, train_pairs, vocab):
     return coverage
 
 
-def _recipe(config):
-    """The options that shape the trained model (a checkpoint resumes only the same recipe)."""
-    return {k: v for k, v in dataclasses.asdict(config).items() if k not in RUN_OPTIONS}
+def check_resumable(config):
+    """The latest intact checkpoint in ``<output_dir>/checkpoints`` that this run may resume
+    (None when there is none); nothing is written.
 
-
-def check_resume(config):
-    """The latest intact checkpoint in ``<output_dir>/checkpoints`` (None when there is none).
-
-    Raises ValueError when it belongs to a run with other options (other than
-    :data:`~gluon_attention.tasks.nli.config.RUN_OPTIONS`) or holds an optimizer state of an
-    older version, and for a ``--kvstore`` this process cannot use
-    (:func:`~gluon_attention.tasks.engine.training.check_kvstore`); nothing is written.
+    Raises
+    ------
+    ValueError
+        As :func:`~gluon_attention.tasks.engine.checkpoints.check_resume` (a checkpoint of a run
+        with other recipe options, or an optimizer state of an older version) and
+        :func:`~gluon_attention.tasks.engine.launch.check_kvstore` (a ``--kvstore`` this
+        process cannot use).
     """
     check_kvstore(config.kvstore)
-    folder = os.path.join(config.output_dir, 'checkpoints')
-    if not os.path.isdir(folder):
-        return None
-    manager = CheckpointManager(folder)
-    entry = manager.latest()
-    if entry is None:
-        return None
-    saved, wanted = entry['meta']['recipe'], _recipe(config)
-    changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
-    if changed:
-        differ = '; '.join('--{}: {!r} there, {!r} now'.format(
-            k.replace('_', '-'), saved.get(k), wanted.get(k)) for k in changed)
-        _checks.fail('{} holds the checkpoints of a run with other options ({}); rerun with them '
-                     'or use another --output-dir'.format(folder, differ), options=changed)
-    check_engine_state(manager, entry)
-    return entry
+    return check_resume(os.path.join(config.output_dir, 'checkpoints'), recipe(config),
+                        defaults=recipe(NLIConfig()))
 
 
 def _engine(model, config, ctx, encoded):
@@ -89,59 +76,93 @@ def _engine(model, config, ctx, encoded):
                         optimizer_params={'learning_rate': config.lr, 'wd': config.weight_decay})
 
 
-def _resume(entry, checkpoints, model, engine, ctx):
-    """Progress ``{epoch, step, history, best}`` of ``entry`` (from :func:`check_resume`),
-    restored into ``model`` and ``engine``; a fresh start when ``entry`` is None."""
-    if entry is None:
-        return {'epoch': 0, 'step': 0, 'history': [], 'best': -1.0}
-    checkpoints.restore(entry, model, engine, ctx)
-    if engine.is_chief:
-        print('resuming after epoch {} (step {})'.format(entry['meta']['epoch'], entry['step']))
-    return {'epoch': entry['meta']['epoch'], 'step': entry['step'],
-            'history': entry['meta']['history'], 'best': entry['meta']['best']}
+def _schedule(encoded, config):
+    """The global batches of the run (example indices) and the step counts that end its epochs.
+
+    Epoch e (0-based) shuffles with ``seed_step(seed, its first step)``, the same on every
+    worker; ``--max-steps`` cuts the run, and its last epoch, short.
+    """
+    lengths = [max(len(p), len(h)) for p, h in zip(encoded[0], encoded[1])]
+    if not lengths:
+        _checks.fail('expected at least one training pair', train=config.train)
+    per_epoch = -(-len(lengths) // config.batch_size)
+    total = config.epochs * per_epoch
+    total = min(total, config.max_steps) if config.max_steps else total
+    batches, ends = [], []
+    while len(batches) < total:
+        shuffle = seed_step(config.seed, len(batches))
+        batches += snli.bucket_batches(lengths, config.batch_size, shuffle)
+        ends.append(min(len(batches), total))
+    return batches[:total], ends
+
+
+def _loader(encoded):
+    """``load(ids)`` -> the engine's arrays of those pairs (padded to their longest sentence)."""
+    premises, hypotheses, labels = encoded
+
+    def load(ids):
+        premise, premise_length = snli.pad_batch([premises[i] for i in ids])
+        hypothesis, hypothesis_length = snli.pad_batch([hypotheses[i] for i in ids])
+        return dict(zip(_FIELDS, (premise, hypothesis, premise_length, hypothesis_length,
+                                  onp.asarray(labels[ids], 'int32'))))
+    return load
 
 
 _FIELDS = tuple(INPUT_NAMES) + ('label',)
 
 
-def _train_epoch(model, engine, batches, config, step, desc):
-    """One pass over ``batches`` (global batches: each worker trains on its rows); returns
-    ``(step, {train_loss, train_accuracy})`` of this worker's rows."""
-    from tqdm import tqdm
-    loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
-    total_loss = correct = seen = 0
-    bar = tqdm(batches, desc=desc, disable=not (config.progress and engine.is_chief))
-    for batch in bar:
-        if config.max_steps and step >= config.max_steps:
-            break
-        seed_step(config.seed, step * engine.num_workers + engine.rank)   # dropout masks
-        rows = engine.shard(onp.arange(len(batch.labels)))
-        logits = []
+class _Epochs:
+    """The NLI job around the shared loop: the summed loss of a step's pairs, each epoch's
+    progress bar, loss and accuracy (this worker's pairs); at the end of an epoch the chief
+    validates, logs, keeps ``best.params`` and gives the checkpoint its metadata."""
 
-        def summed(part):
-            logits.append((model(*[part[name] for name in INPUT_NAMES]), part['label']))
-            return loss_fn(logits[-1][0], part['label']).sum()
+    def __init__(self, model, config, valid_encoded, ctx, state, is_chief, ends):
+        self.model, self.config, self.valid, self.ctx = model, config, valid_encoded, ctx
+        self.state, self.is_chief, self.start = state, is_chief, time.time()
+        self.sizes = dict(enumerate(b - a for a, b in zip([0] + ends, ends)))   # steps per epoch
+        self.cross_entropy = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        self.outputs, self.bar = [], None
+        self.total_loss = self.correct = self.seen = 0
 
-        total_loss += engine.forward_backward(summed, {
-            name: onp.asarray(x, 'int32')[rows] for name, x in zip(_FIELDS, batch[:5])})
-        engine.step(len(batch.labels), config.lr)
-        step += 1
-        correct += sum(int((o.argmax(axis=1).astype('int32') == y).sum()) for o, y in logits)
-        seen += len(rows)
-        bar.set_postfix(loss='{:.3f}'.format(total_loss / max(seen, 1)),
-                        acc='{:.3f}'.format(correct / max(seen, 1)))
-    return step, {'train_loss': total_loss / max(seen, 1), 'train_accuracy': correct / max(seen, 1)}
+    def loss_fn(self, part):
+        """The cross-entropy summed over ``part``; its logits are kept for the accuracy."""
+        self.outputs.append((self.model(*[part[name] for name in INPUT_NAMES]), part['label']))
+        return self.cross_entropy(self.outputs[-1][0], part['label']).sum()
+
+    def on_step(self, result):
+        if self.bar is None:
+            from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+            self.bar = tqdm(total=self.sizes.get(self.state['epoch']),
+                            desc='epoch {}'.format(self.state['epoch'] + 1),
+                            disable=not (self.config.progress and self.is_chief))
+        self.total_loss += result.loss_sum
+        self.correct += sum(int((o.argmax(axis=1).astype('int32') == y).sum())
+                            for o, y in self.outputs)
+        self.seen += result.examples
+        self.outputs.clear()
+        self.bar.update(1)
+        self.bar.set_postfix(loss='{:.3f}'.format(self.total_loss / max(self.seen, 1)),
+                             acc='{:.3f}'.format(self.correct / max(self.seen, 1)))
+
+    def on_epoch_end(self, epoch, steps):
+        """The epoch's record; the chief's validation and ``best.params``; the checkpoint meta."""
+        record = {'train_loss': self.total_loss / max(self.seen, 1),
+                  'train_accuracy': self.correct / max(self.seen, 1), 'epoch': epoch,
+                  'steps': steps}
+        self.bar.close()
+        self.bar, self.total_loss, self.correct, self.seen = None, 0, 0, 0
+        self.state['epoch'] = epoch
+        if self.is_chief:
+            _end_epoch(self.model, self.config, self.valid, self.ctx, self.state, record,
+                       self.start)
+        return {'recipe': recipe(self.config), 'epoch': epoch, 'history': self.state['history'],
+                'best': self.state['best']}
 
 
 def _valid_accuracy(model, valid_encoded, ctx):
     logits = predict_logits(model, snli.iter_batches(valid_encoded, EVAL_BATCH_SIZE),
                             len(valid_encoded[2]), ctx)
     return float(onp.mean(logits.argmax(1) == valid_encoded[2]))
-
-
-def _checkpoint_meta(config, state):
-    return {'recipe': _recipe(config), 'epoch': state['epoch'], 'history': state['history'],
-            'best': state['best']}
 
 
 def _end_epoch(model, config, valid_encoded, ctx, state, record, start):
@@ -158,25 +179,24 @@ def _end_epoch(model, config, valid_encoded, ctx, state, record, start):
 
 
 def _fit(config, ctx, encoded, valid_encoded, model, entry):
-    """Train ``model`` for the epochs ``config`` asks, resuming after checkpoint ``entry`` when
-    given; the chief keeps the best validation epoch in ``best.params`` and writes the
-    checkpoints. Returns (the per-epoch history, whether this process is the chief)."""
+    """Train ``model`` for the epochs ``config`` asks on the shared loop, resuming after
+    checkpoint ``entry`` (from :func:`check_resumable`) when given; the chief keeps the best
+    validation epoch in ``best.params`` and writes a checkpoint per epoch. Returns (the
+    per-epoch history, whether this process is the chief)."""
     engine = _engine(model, config, ctx, encoded)
-    checkpoints = CheckpointManager(os.path.join(config.output_dir, 'checkpoints'))
-    state = _resume(entry, checkpoints, model, engine, ctx)
-    start = time.time()
-    for epoch in range(state['epoch'], config.epochs):
-        if config.max_steps and state['step'] >= config.max_steps:
-            break
-        shuffle = seed_step(config.seed, state['step'])     # the same on every worker
-        batches = list(snli.iter_batches(encoded, config.batch_size, shuffle))
-        state['step'], record = _train_epoch(model, engine, batches, config, state['step'],
-                                             'epoch {}'.format(epoch + 1))
-        record.update(epoch=epoch + 1, steps=state['step'])
-        state['epoch'] = epoch + 1
-        if engine.is_chief:
-            _end_epoch(model, config, valid_encoded, ctx, state, record, start)
-            checkpoints.save(state['step'], model, engine, _checkpoint_meta(config, state))
+    meta = entry['meta'] if entry else {'epoch': 0, 'history': [], 'best': -1.0}
+    state = {'epoch': meta['epoch'], 'history': meta['history'], 'best': meta['best']}
+    batches, epoch_ends = _schedule(encoded, config)
+    epochs = _Epochs(model, config, valid_encoded, ctx, state, engine.is_chief, epoch_ends)
+    try:
+        train_steps(model, engine, epochs.loss_fn, batches, _loader(encoded),
+                    StepConfig(seed=config.seed, max_grad_norm=0.0),
+                    checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
+                    schedule=lambda step, total: config.lr, epoch_ends=epoch_ends,
+                    on_step=epochs.on_step, on_epoch_end=epochs.on_epoch_end)
+    finally:
+        if epochs.bar is not None:
+            epochs.bar.close()
     return state['history'], engine.is_chief
 
 
@@ -194,7 +214,7 @@ def train(config, data=None, entry=_UNCHECKED):
     data : tuple, optional
         What :func:`load_data` returns for ``config`` (read here when None).
     entry : dict or None, optional
-        What :func:`check_resume` returned for ``config``, when the caller already called it
+        What :func:`check_resumable` returned for ``config``, when the caller already called it
         (so that a damaged checkpoint is reported once); called here when not given.
 
     Returns
@@ -224,7 +244,7 @@ def train(config, data=None, entry=_UNCHECKED):
     encoded = snli.encode_pairs(train_pairs, vocab, config.max_length)
     valid_encoded = snli.encode_pairs(valid_pairs, vocab, config.max_length)
     if entry is _UNCHECKED:                              # before anything is written
-        entry = check_resume(config)
+        entry = check_resumable(config)
     write_run_config(config.output_dir, config)
     save_model_config(config, vocab, int(onp.bincount(encoded[2], minlength=3).argmax()))
     seed_step(config.seed, 0)                            # the initial weights
@@ -271,43 +291,3 @@ def _final_metrics(config, ctx, valid_encoded):
         'same_predictions': bool((predict_logits(reloaded, batches, count, ctx).argmax(1)
                                   == predictions).all())}
     return metrics
-
-
-@mx.util.use_np
-def evaluate(config, path, output=''):
-    """Score the model of ``config.output_dir`` on the labelled pairs of ``path`` (either format).
-
-    Writes the metrics (as :func:`~gluon_attention.data.snli.classification_metrics`, plus the
-    data source and the number of ``-`` pairs skipped) to ``output`` (default
-    ``<output_dir>/eval_metrics.json``) and returns them. Raises ValueError for a missing model or
-    a malformed data file.
-    """
-    ctx = parse_devices(config.ctx)[0]
-    model, vocab, model_config = load_model(config.output_dir, ctx)
-    pairs = snli.read_snli(path)
-    encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
-    logits = predict_logits(model, snli.iter_batches(encoded, EVAL_BATCH_SIZE), len(pairs), ctx)
-    metrics = snli.classification_metrics(encoded[2], logits.argmax(1),
-                                          model_config['majority_label'])
-    metrics.update({'data': pairs.source, 'skipped_dash': pairs.num_skipped})
-    output = output or os.path.join(config.output_dir, 'eval_metrics.json')
-    atomic_write_json(output, metrics)
-    print('{}: {} pairs, accuracy {:.4f} (majority-class baseline {:.4f}) -> {}'.format(
-        pairs.source, len(pairs), metrics['accuracy'], metrics['majority_baseline']['accuracy'],
-        output))
-    return metrics
-
-
-@mx.util.use_np
-def predict(config, premise, hypothesis):
-    """Class probabilities ``{label: p}`` (summing to 1) of one sentence pair; prints the label."""
-    ctx = parse_devices(config.ctx)[0]
-    model, vocab, model_config = load_model(config.output_dir, ctx)
-    pairs = snli.NLIPairs([premise], [hypothesis], [0])
-    encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
-    logits = predict_logits(model, snli.iter_batches(encoded, 1), 1, ctx)[0].astype('float64')
-    probs = onp.exp(logits - logits.max())
-    probs /= probs.sum()
-    print(snli.LABELS[int(probs.argmax())], ' '.join(
-        '{}={:.4f}'.format(name, p) for name, p in zip(snli.LABELS, probs)))
-    return dict(zip(snli.LABELS, probs.tolist()))

@@ -1,5 +1,7 @@
 """The NLI model folder and data: reading the pairs of a run, saving and loading the trained
-model, logits over a data set, and heat maps of the alignment (:func:`plot_attention`).
+model, logits over a data set, and what is done with a trained model: scoring a data set
+(:func:`evaluate`), one pair's probabilities (:func:`predict`), heat maps of the alignment
+(:func:`plot_attention`).
 
 A model folder holds ``best.params``, ``vocab.json`` and ``config.json`` (the model's own
 configuration: sizes, vocabulary size, ``max_length``, the training majority label).
@@ -13,10 +15,10 @@ import numpy as onp
 from ... import _checks
 from ...data import snli
 from ...models.nli import DecomposableAttention
-from ..engine.common import atomic_path, atomic_write_json, parse_ctx
+from ..engine.common import atomic_path, atomic_write_json, parse_ctx, parse_devices
 
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'load_valid', 'load_data',
-           'load_model', 'save_model_config', 'plot_attention']
+           'load_model', 'save_model_config', 'plot_attention', 'evaluate', 'predict']
 
 #: The positional inputs of the model and of its exported graph (``data0`` ... ``data3``).
 INPUT_NAMES = ['premise', 'hypothesis', 'premise_valid_length', 'hypothesis_valid_length']
@@ -157,3 +159,43 @@ def plot_attention(config, count):
     plt.close(fig)
     print('wrote', path)
     return path
+
+
+@mx.util.use_np
+def evaluate(config, path, output=''):
+    """Score the model of ``config.output_dir`` on the labelled pairs of ``path`` (either format).
+
+    Writes the metrics (as :func:`~gluon_attention.data.snli.classification_metrics`, plus the
+    data source and the number of ``-`` pairs skipped) to ``output`` (default
+    ``<output_dir>/eval_metrics.json``) and returns them. Raises ValueError for a missing model or
+    a malformed data file.
+    """
+    ctx = parse_devices(config.ctx)[0]
+    model, vocab, model_config = load_model(config.output_dir, ctx)
+    pairs = snli.read_snli(path)
+    encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
+    logits = predict_logits(model, snli.iter_batches(encoded, EVAL_BATCH_SIZE), len(pairs), ctx)
+    metrics = snli.classification_metrics(encoded[2], logits.argmax(1),
+                                          model_config['majority_label'])
+    metrics.update({'data': pairs.source, 'skipped_dash': pairs.num_skipped})
+    output = output or os.path.join(config.output_dir, 'eval_metrics.json')
+    atomic_write_json(output, metrics)
+    print('{}: {} pairs, accuracy {:.4f} (majority-class baseline {:.4f}) -> {}'.format(
+        pairs.source, len(pairs), metrics['accuracy'], metrics['majority_baseline']['accuracy'],
+        output))
+    return metrics
+
+
+@mx.util.use_np
+def predict(config, premise, hypothesis):
+    """Class probabilities ``{label: p}`` (summing to 1) of one sentence pair; prints the label."""
+    ctx = parse_devices(config.ctx)[0]
+    model, vocab, model_config = load_model(config.output_dir, ctx)
+    pairs = snli.NLIPairs([premise], [hypothesis], [0])
+    encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
+    logits = predict_logits(model, snli.iter_batches(encoded, 1), 1, ctx)[0].astype('float64')
+    probs = onp.exp(logits - logits.max())
+    probs /= probs.sum()
+    print(snli.LABELS[int(probs.argmax())], ' '.join(
+        '{}={:.4f}'.format(name, p) for name, p in zip(snli.LABELS, probs)))
+    return dict(zip(snli.LABELS, probs.tolist()))

@@ -2,34 +2,26 @@
 
 Every option is declared once, with its default and help text; ``--help`` and
 ``<output-dir>/run_config.json`` are generated from these classes. Options declared with
-:func:`recipe_option` shape the trained model (data, sizes, optimisation, seed): a checkpoint only
-resumes a run whose recipe options are all equal (:func:`recipe`); the others (where to write,
-devices, threads, progress bars, evaluation and decoding) may change between a killed run and its
-resumption.
+:func:`~gluon_attention.tasks.engine.config.recipe_option` shape the trained model (data, sizes,
+optimisation, seed): a checkpoint only resumes a run whose recipe options are all equal; the
+others (where to write, devices, threads, progress bars, evaluation and decoding) may change
+between a killed run and its resumption.
 """
 import dataclasses
 import math
 from typing import Optional
 
 from ..._checks import fail
-from ..engine.config import option
+from ..engine.config import option, recipe_option
 from ..engine.launch import KVSTORES
 
 __all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
-           'recipe_option',
-           'recipe', 'check_config', 'threshold_override', 'EVAL_TITLES', 'THRESHOLD_TITLES']
+           'check_config', 'threshold_override', 'EVAL_TITLES', 'THRESHOLD_TITLES']
 
 #: The two articles of the shipped evaluation file, left out of training by default.
 EVAL_TITLES = 'Normans,Computational_complexity_theory'
 #: Two SQuAD 2.0 training articles (not in the SQuAD 1.1 file) held out to choose the threshold.
 THRESHOLD_TITLES = 'Huguenot,Scottish_Parliament'
-
-
-def recipe_option(default, help, choices=None):  # pylint: disable=redefined-builtin
-    """An :func:`~gluon_attention.tasks.engine.config.option` that is part of the training
-    recipe."""
-    field = option(default, help, choices)
-    return dataclasses.field(default=default, metadata=dict(field.metadata, recipe=True))
 
 
 @dataclasses.dataclass
@@ -167,12 +159,6 @@ class CurveConfig:
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
     plot: bool = option(True, 'also draw curve.png (needs matplotlib: the [plots] extra)')
-
-
-def recipe(config):
-    """The recipe options of ``config`` as a dict (what a checkpoint must match to resume)."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if f.metadata.get('recipe')}
 
 
 _POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',

@@ -18,7 +18,7 @@ from ..._checks import fail
 from ...data import squad
 from ..engine.common import atomic_path
 from ..engine.config import RUN_CONFIG, read_run_config
-from ..engine.training import CheckpointManager
+from ..engine.checkpoints import CheckpointManager
 from .config import TrainConfig
 from .data import heldout_examples
 from .evaluation import calibrate_threshold, contexts_of, eval_job, evaluate, infer

@@ -10,8 +10,6 @@ worker takes its slice, splits it into ``--grad-accum-steps`` forward passes and
 ``--ctx`` devices.
 """
 import collections
-import contextlib
-import io
 import os
 import time
 
@@ -22,9 +20,11 @@ from tqdm import tqdm
 from ..._checks import fail
 from ...data import squad
 from ...models.qa import qa_loss
-from ..engine.distributed import DataParallel, train_steps
-from ..engine.training import CheckpointManager, check_engine_state, check_kvstore
-from .config import recipe
+from ..engine.checkpoints import check_resume
+from ..engine.config import recipe
+from ..engine.distributed import DataParallel
+from ..engine.launch import check_kvstore
+from ..engine.loop import StepConfig, train_steps
 from .data import INPUT_NAMES
 
 __all__ = ['schedule', 'features_per_step', 'check_resumable', 'train',
@@ -77,47 +77,37 @@ def schedule(features, config, workers=1):
 def _compared(options, per_step):
     """Recipe options as compared between runs: ``--batch-size`` and ``--grad-accum-steps``
     give way to the features per step, so a run resumes under another layout."""
-    compared = {'--' + k.replace('_', '-'): v for k, v in options.items() if k not in _LAYOUT}
+    compared = {k: v for k, v in options.items() if k not in _LAYOUT}
     compared['features per step (--batch-size x --grad-accum-steps x workers)'] = per_step
     return compared
 
 
+def _recorded(before, meta):
+    """A checkpoint's recipe as compared (an older one did not record its features per step)."""
+    single = before.get('batch_size', 0) * before.get('grad_accum_steps', 1)
+    return _compared(before, meta.get('features_per_step', single))
+
+
 def check_resumable(config):
     """Refuse to mix runs: checkpoints in ``<output-dir>/checkpoints`` must have been written
-    with the same recipe options (:func:`~gluon_attention.tasks.squad.config.recipe`), with
+    with the same recipe options (:func:`~gluon_attention.tasks.engine.config.recipe`), with
     ``--batch-size`` and ``--grad-accum-steps`` compared through the features per step (a
     2-worker run with ``--batch-size 8`` resumes in one process with ``--batch-size 16``).
+
+    Returns the checkpoint entry to resume, or None (see
+    :func:`~gluon_attention.tasks.engine.checkpoints.check_resume`).
 
     Raises
     ------
     ValueError
         Naming every differing option with its value there and now; as
-        :func:`~gluon_attention.tasks.engine.training.check_kvstore`;
+        :func:`~gluon_attention.tasks.engine.launch.check_kvstore`;
         or for checkpoints whose optimizer state an older version of the job wrote.
     """
     workers = check_kvstore(config.kvstore)
-    folder = os.path.join(config.output_dir, 'checkpoints')
-    manager = CheckpointManager(folder) if os.path.isdir(folder) else None
-    with contextlib.redirect_stderr(io.StringIO()):    # train() reports a damaged checkpoint
-        entry = manager.latest() if manager else None
-    if entry is None:
-        return
-    before = entry['meta'].get('recipe')
-    if before is None:
-        differ = 'options not recorded (an older version wrote them)'
-    else:
-        single = before.get('batch_size', 0) * before.get('grad_accum_steps', 1)
-        # an option a checkpoint does not name did not exist yet: the run had its default
-        before = _compared(dict(recipe(type(config)()), **before),
-                           entry['meta'].get('features_per_step', single))
-        now = _compared(recipe(config), features_per_step(config, workers))
-        differ = '; '.join('{}: {!r} there, {!r} now'.format(k, before.get(k), v)
-                           for k, v in sorted(now.items()) if before.get(k) != v)
-    if differ:
-        fail('{} holds the checkpoints of a run with other options ({}); resume it with those '
-             'options, or use another --output-dir (or delete that folder) to start a new '
-             'run'.format(folder, differ), output_dir=config.output_dir)
-    check_engine_state(manager, entry)
+    return check_resume(os.path.join(config.output_dir, 'checkpoints'),
+                        _compared(recipe(config), features_per_step(config, workers)),
+                        defaults=recipe(type(config)()), compared=_recorded)
 
 
 def _summed_loss(model, config):
@@ -172,6 +162,15 @@ class _Progress:
             self.bar.close()
 
 
+def _step_config(config):
+    """The options of the shared loop, from the job's."""
+    return StepConfig(seed=config.seed, lr=config.lr, warmup_ratio=config.warmup_ratio,
+                      max_grad_norm=config.max_grad_norm,
+                      grad_accum_steps=config.grad_accum_steps,
+                      checkpoint_every=config.checkpoint_every,
+                      keep_checkpoints=config.keep_checkpoints)
+
+
 def train(model, features, config, contexts):
     """Train, or resume the run whose checkpoints are in ``<output-dir>/checkpoints``, on the
     engine of ``--kvstore`` (every worker of a distributed job calls this with the same data).
@@ -188,8 +187,8 @@ def train(model, features, config, contexts):
     try:
         first, seconds = train_steps(
             model, engine, _summed_loss(model, config), batches,
-            lambda ids: squad.batchify([features[i] for i in ids], round_to=8), config,
-            checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
+            lambda ids: squad.batchify([features[i] for i in ids], round_to=8),
+            _step_config(config), checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
             meta={'recipe': recipe(config), 'features_per_step': per_step}, on_step=progress)
     finally:
         progress.close()
