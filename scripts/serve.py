@@ -1,0 +1,76 @@
+#!/usr/bin/env python
+"""Serve a fine-tuned SQuAD model over HTTP with Multi Model Server (127.0.0.1 only).
+
+Commands:
+  start   export the graph if needed, archive model and graph into a .mar, start the server,
+          register the model with its batching, wait until it answers, print how to query it
+  stop    stop the instance of --instance-dir (by its own pid file)
+  status  say whether it runs, its pid, workers and URL
+
+Needs a Java runtime (Debian/Ubuntu: openjdk-17-jre-headless) and the [serve] extra
+(pip install 'gluon_attention[serve]'). See docs/serving.md.
+"""
+import argparse
+import json
+import os
+import sys
+
+COMMANDS = ('start', 'stop', 'status')
+
+
+def build_parser():
+    from gluon_attention.tasks.engine.config import add_arguments
+    from gluon_attention.tasks.serve import ServeConfig
+    parser = argparse.ArgumentParser(prog='serve.py', description=__doc__.split('\n\n')[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split('\n\n', 1)[1])
+    commands = parser.add_subparsers(dest='command', required=True)
+    add_arguments(commands.add_parser('start', help='start a server'), ServeConfig)
+    for name in ('stop', 'status'):
+        sub = commands.add_parser(name, help='{} the server of --instance-dir'.format(name))
+        sub.add_argument('--instance-dir', default='runs/serve', help='the instance folder '
+                         '(default: runs/serve)')
+    return parser
+
+
+def _usage(info):
+    question = json.dumps({'question': 'Who ruled the duchy of Normandy?',
+                           'context': 'The duchy of Normandy was ruled by the Normans.'})
+    return ('serving {model_dir} as {model_name} (pid {pid}, {workers} worker(s) x {threads} '
+            'threads, batch {batch_size}, delay {max_batch_delay} ms)\n'
+            'query it:\n  curl -s -H "Content-Type: application/json" -d \'{q}\' {url}\n'
+            'stop it:\n  make serve-stop   (or: scripts/serve.py stop --instance-dir '
+            '{instance_dir})'.format(q=question, **info))
+
+
+def main(argv=None):
+    from gluon_attention.tasks import serve
+    from gluon_attention.tasks.engine.config import from_args
+    namespace = build_parser().parse_args(argv)
+    if namespace.command == 'stop':
+        pid = serve.stop(namespace.instance_dir)
+        print('stopped the server of {} (pid {})'.format(namespace.instance_dir, pid)
+              if pid else 'no server runs in {}'.format(namespace.instance_dir))
+        return 0
+    if namespace.command == 'status':
+        pid = serve.running_pid(namespace.instance_dir)
+        path = serve.instance_paths(namespace.instance_dir)['instance']
+        if not pid:
+            print('no server runs in {}'.format(namespace.instance_dir))
+            return 1
+        url = json.load(open(path, encoding='utf-8'))['url'] if os.path.isfile(path) else '?'
+        print('running: pid {}, workers {}, {}'.format(
+            pid, serve.worker_pids(namespace.instance_dir), url))
+        return 0
+    config = from_args(serve.ServeConfig, namespace)
+    try:
+        info = serve.start(config)
+    except (ValueError, RuntimeError) as err:     # ServeSetupError is a RuntimeError
+        print('serve.py start: error: {}'.format(err), file=sys.stderr)
+        return 2
+    print(_usage(info))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

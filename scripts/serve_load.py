@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""Bounded load test of a running QA server (make serve): every question of a SQuAD-format file
+as one request, --concurrency requests in flight, over loopback only, stopping at --time-limit.
+
+Prints one JSON object: throughput (questions/s), p50/p95/p99 latency (ms, answered requests),
+errors by status, the load average; with --kill-worker-after K the worker's model process is
+killed after K answers (the server starts a new one) and the summary says how many requests
+failed around the kill and after the recovery; with --expected the answers are compared
+(same / near-ties / wrong); --write-answers keeps them for a later comparison.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog='serve_load.py', description=__doc__.split('\n\n')[0],
+                                     epilog=__doc__.split('\n\n', 1)[1])
+    parser.add_argument('--url', default='http://127.0.0.1:8080/predictions/squad',
+                        help='the prediction URL (loopback only)')
+    parser.add_argument('--questions', default='haystack-small', help='SQuAD-format file (a '
+                        'path or a shipped name); its answers are ignored')
+    parser.add_argument('--requests', type=int, default=0, help='requests to send (0: one per '
+                        'question; more cycle through the questions)')
+    parser.add_argument('--concurrency', type=int, default=8, help='requests in flight')
+    parser.add_argument('--time-limit', type=float, default=600.0, help='seconds after which '
+                        'no request is sent')
+    parser.add_argument('--kill-worker-after', type=int, default=0, help='kill the model '
+                        'process of --instance-dir after this many answers (0: never)')
+    parser.add_argument('--instance-dir', default='runs/serve', help='the server instance '
+                        '(for --kill-worker-after)')
+    parser.add_argument('--expected', default='', help='answers JSON of an earlier run '
+                        '(--write-answers) to compare with')
+    parser.add_argument('--write-answers', default='', help='write the answers by question id')
+    parser.add_argument('--out', default='', help='also write the summary JSON here')
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from gluon_attention.tasks.engine.common import atomic_write_json
+    from gluon_attention.tasks.serve import kill_workers
+    from gluon_attention.tasks.serve.load import (check_loopback, compare_answers, run_load,
+                                                  summarize)
+    from gluon_attention.tasks.squad.data import data_path
+    from gluon_attention.data.squad import read_squad
+    try:
+        check_loopback(args.url)
+        examples = read_squad(data_path(args.questions), require_answers=False)
+    except ValueError as err:
+        build_parser().error(str(err))
+    count = args.requests or len(examples)
+    order = [examples[i % len(examples)] for i in range(count)]
+    bodies = [json.dumps({'question': e.question, 'context': e.context}).encode('utf-8')
+              for e in order]
+    outcomes, timing = run_load(args.url, bodies, args.concurrency, args.time_limit,
+                                args.kill_worker_after,
+                                lambda: kill_workers(args.instance_dir))
+    summary = summarize(outcomes, timing, count)
+    summary.update(concurrency=args.concurrency, load_average=[round(x, 2) for x in
+                                                                os.getloadavg()])
+    answers = {order[o.index].qas_id: json.loads(o.body) for o in outcomes if o.status == 200}
+    if args.expected:
+        with open(args.expected, encoding='utf-8') as handle:
+            summary['answers'] = compare_answers(json.load(handle), answers)
+    if args.write_answers:
+        atomic_write_json(args.write_answers, answers)
+    if args.out:
+        atomic_write_json(args.out, summary)
+    print(json.dumps(summary))
+    wrong = summary.get('answers', {}).get('wrong', 0)
+    return 1 if wrong or summary.get('failed_after_recovery') else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

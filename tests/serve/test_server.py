@@ -1,0 +1,140 @@
+"""The QA model behind Multi Model Server, on a tiny model (the da7f4ab fixture folder and its
+exported graph): started on free loopback ports, it answers as the in-process predictor and
+``run_squad.py predict`` do, gives every bad request its own 4xx JSON error while answering the
+good ones, survives a killed worker, and stops without leaving a process behind.
+
+Skipped (with what to install) when no Java runtime is present; fails when Java is present and the
+[serve] extra is missing. The long form is tests/serve/test_server_load.py (GA_FULL_TESTS=1).
+"""
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gluon_attention.tasks import serve
+from gluon_attention.tasks.serve.handler import _predictor_class
+
+from serve_helpers import ROOT, THRESHOLD, post, questions, requires_java, start_server, tiny_model
+
+pytestmark = requires_java
+
+
+@pytest.fixture(scope='module')
+def model(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp('served'))
+
+
+@pytest.fixture(scope='module')
+def server(model):
+    config, info = start_server(model, 'instance', batch_size=4, max_batch_delay=50)
+    yield config, info
+    serve.stop(config.instance_dir)
+
+
+def _reference(model, pairs):
+    predictor = _predictor_class().from_folder(str(model / 'model'), threshold=THRESHOLD)
+    return [predictor.answer(p['question'], p['context']).to_dict() for p in pairs]
+
+
+def _same(got, want):
+    assert (got['answer'], got['start'], got['end']) == (want['text'], want['start'],
+                                                          want['end'])
+    assert got['null_score_diff'] == pytest.approx(want['null_score_diff'], abs=1e-4)
+    assert got['score'] == pytest.approx(want['score'], abs=1e-4)
+    assert got['threshold'] == THRESHOLD
+
+
+def test_server_answers_as_the_in_process_model_and_run_squad_predict(server, model):
+    config, info = server
+    pairs = questions(6)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:     # batched by the server
+        singles = list(pool.map(lambda p: post(info['url'], p), pairs[:4]))
+    status, listed = post(info['url'], pairs)
+    assert status == 200 and [s for s, _ in singles] == [200] * 4
+    want = _reference(model, pairs)
+    for got, ref in zip([a for _, a in singles] + listed, want[:4] + want):
+        _same(got, ref)
+        assert got['answer'] and pairs[0]  # the large threshold: every answer is a span
+    for got, pair in zip(listed, pairs):
+        assert pair['context'][got['start']:got['end']] == got['answer']
+    line = subprocess.run(
+        [sys.executable, str(ROOT / 'scripts' / 'run_squad.py'), 'predict', '--model-dir',
+         str(model / 'model'), '--question', pairs[0]['question'], '--context',
+         pairs[0]['context'], '--null-score-diff-threshold', str(THRESHOLD), '--threads', '1'],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env=dict(os.environ, PYTHONWARNINGS='ignore')).stdout
+    match = re.search(r"answer: (.*) \(characters (\d+)-(\d+) of the context", line)
+    assert match, line
+    assert (eval(match.group(1)), int(match.group(2)), int(match.group(3))) == (  # noqa: S307
+        listed[0]['answer'], listed[0]['start'], listed[0]['end'])
+
+
+BAD = [(b'not json', 400, 'body'), (b'\xff\xfe\x00\x01 garbage', 400, 'body'),
+       (json.dumps({'question': 3, 'context': 'x'}).encode(), 400, 'question'),
+       (json.dumps({'question': 'Who?'}).encode(), 400, 'context'),
+       (json.dumps({'question': 'Who?', 'context': 'w ' * 50000}).encode(), 413, 'context'),
+       (json.dumps([{'question': 'Who?', 'context': 'x'}] * 17).encode(), 413, 'body'),
+       (json.dumps([{'question': 'Who?', 'context': 'word ' * 1900}] * 3).encode(), 413, 'body')]
+
+
+@pytest.mark.parametrize('content_type', ['application/json', 'text/plain', None])
+def test_bad_requests_get_their_own_error_and_the_good_ones_of_the_batch_answers(
+        server, content_type):
+    _, info = server
+    good = questions(2, start=10)
+    bodies = [json.dumps(good[0]).encode()] + [body for body, _, _ in BAD] + [
+        json.dumps(good[1]).encode()]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda b: post(info['url'], b, content_type), bodies))
+    for (status, error), (_, want_status, field) in zip(results[1:-1], BAD):
+        assert (status, error['status'], error['field']) == (want_status, want_status, field)
+        assert error['error'] and error['received']
+    for status, answer in (results[0], results[-1]):
+        assert status == 200 and set(serve.ANSWER_KEYS) <= set(answer)
+    # an empty question is the null answer, no error
+    status, answer = post(info['url'], {'question': ' ', 'context': 'The Normans.'},
+                           content_type)
+    assert status == 200 and (answer['answer'], answer['start']) == ('', None)
+
+
+def _answered_within(url, body, seconds):
+    """The answer once the server gives one; a request sent as the worker dies may get no answer
+    at all from the server, so each try waits 5 s at most."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        status, answer = post(url, body, timeout=5)
+        if status == 200:
+            return answer
+        time.sleep(0.5)
+    pytest.fail('no answer {} s after the worker was killed'.format(seconds))
+
+
+def test_killed_worker_is_replaced_and_answers_the_same(server):
+    config, info = server
+    pairs = questions(3, start=20)
+    before = [post(info['url'], p)[1] for p in pairs]
+    killed = serve.kill_workers(config.instance_dir)
+    assert killed
+    _answered_within(info['url'], pairs[0], 60)
+    after = [post(info['url'], p) for p in pairs]
+    assert [s for s, _ in after] == [200] * 3
+    assert [a['answer'] for _, a in after] == [a['answer'] for a in before]
+    assert not set(killed) & set(serve.worker_pids(config.instance_dir))
+
+
+def test_stop_leaves_no_process_behind(server):
+    config, _ = server
+    pids = serve.worker_pids(config.instance_dir) + [serve.running_pid(config.instance_dir)]
+    assert None not in pids
+    assert serve.stop(config.instance_dir) == pids[-1]
+    assert serve.running_pid(config.instance_dir) is None
+    for pid in pids:
+        assert not Path('/proc/{}'.format(pid)).exists() or \
+            'Z' in Path('/proc/{}/stat'.format(pid)).read_text().split()[2]
+    assert serve.stop(config.instance_dir) is None
