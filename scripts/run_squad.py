@@ -47,8 +47,8 @@ def parse_config(argv):
         argv = ['train'] + list(argv)
     parser = build_parser()
     namespace = parser.parse_args(argv)
-    config = from_args(namespace.config_class, namespace)
     try:
+        config = from_args(namespace.config_class, namespace)
         check_config(config)
         if namespace.command != 'curve':        # curve reads the run's own folders
             model_folder(config)

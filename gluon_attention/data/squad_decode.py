@@ -13,10 +13,16 @@ import numpy as onp
 
 from .._checks import check_positive_int, fail
 
-__all__ = ['best_span', 'span_candidates', 'decode_predictions']
+__all__ = ['is_blank_input', 'best_span', 'span_candidates', 'decode_predictions']
 
 _RESULT_KEYS = ('start_top_logits', 'start_top_index', 'end_top_logits', 'end_top_index',
                 'answerable_logits')
+
+
+def is_blank_input(question, context):
+    """True when the question or the context is empty or whitespace only: such a question gets
+    the null answer '' in every mode (evaluation, prediction), without running the model."""
+    return not question.strip() or not context.strip()
 
 
 def best_span(start_logits, end_logits, p_mask=None, max_answer_length=30):
@@ -165,6 +171,10 @@ def decode_predictions(examples, features, results, n_best_size=20, max_answer_l
         '' where the score difference > threshold, else the prediction.
     null_odds : dict of str -> float
         Score difference ``min over features of (answerable_logits[1] - answerable_logits[0])``.
+
+    An example with an empty or whitespace-only question or context (``is_blank_input``) needs
+    no feature: its answer is '' by rule (``predictions`` '', ``null_odds`` ``inf``, ``nbest``
+    empty), whatever its features, if any, say.
     nbest : dict of str -> list of dict
         Up to ``n_best_size`` distinct texts, best first: ``text``, ``score``, ``probability``
         (softmax over the kept scores); empty when no candidate is valid.
@@ -189,7 +199,9 @@ def decode_predictions(examples, features, results, n_best_size=20, max_answer_l
         grouped[index].append(k)
     predictions, final, null_odds, nbest = {}, {}, {}, {}
     for index, example in enumerate(examples):
-        if index not in grouped:
+        if is_blank_input(example.question, example.context):
+            grouped[index] = []         # the null answer by rule, whatever the features say
+        elif index not in grouped:
             fail('expected at least one feature per example (convert with is_training=False)',
                  qas_id=example.qas_id)
         candidates, diff = [], math.inf

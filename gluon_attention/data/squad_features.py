@@ -22,6 +22,7 @@ import numpy as onp
 
 from .._checks import check_positive_int, fail
 from .._resources import default_model_dir
+from .squad_decode import is_blank_input
 from .squad_metric import normalize_answer
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',
@@ -210,7 +211,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     max_seq_length, doc_stride, max_query_length : int
         In tokens. ``doc_stride <= max_seq_length - max_query_length - 3``.
     is_training : bool
-        When True, answerable examples whose gold span does not match are dropped.
+        When True, answerable examples whose gold span does not match are dropped. When
+        False, an example with an empty or whitespace-only question or context
+        (``squad_decode.is_blank_input``) gets no feature: its answer is '' by rule.
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
         another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
@@ -243,6 +246,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0)
     features = []
     for index, (example, query) in enumerate(zip(examples, queries)):
+        if not is_training and is_blank_input(example.question, example.context):
+            continue                    # the null answer by rule (decode_predictions)
         context_ids, offsets = encoded[example.context]
         span = None
         if example.answers:

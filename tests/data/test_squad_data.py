@@ -1,6 +1,8 @@
 """SQuAD data path: reading, features, batching, the official metric and span decoding."""
+import dataclasses
 import hashlib
 import json
+import math
 import re
 import shutil
 
@@ -511,3 +513,25 @@ def test_decode_errors(long_features):
         decode_predictions(examples, features, bad)
     with pytest.raises(ValueError, match=r'expected features made from these examples'):
         decode_predictions(HAND, features, [bad[0]] * len(features))
+
+
+def test_empty_question_or_context_is_the_null_answer(long_features, tokenizer):
+    """One rule in every mode: a blank question or context gets no feature at evaluation and
+    the answer '' (null odds inf), whatever a feature made for it anyway says."""
+    [long], features = long_features
+    blank = [SquadExample('q', '', ' \t', long.context, [], False),
+             SquadExample('c', '', long.question, '\n ', [], False)]
+    examples = [blank[0], long, blank[1]]
+    kept = convert_examples_to_features(examples, tokenizer, max_seq_length=64, doc_stride=20,
+                                        max_query_length=16, is_training=False)
+    assert [f.example_index for f in kept] == [1] * len(features)
+    low = features[0].context_offset
+    results = [_result(starts=[(low + 1, 1.0)], ends=[(low + 2, 1.0)])] * len(kept)
+    predictions, final, null_odds, nbest = decode_predictions(examples, kept, results,
+                                                              null_score_diff_threshold=100.0)
+    assert final == predictions == {'q': '', 'long': '101 102', 'c': ''}
+    assert null_odds['q'] == null_odds['c'] == math.inf and nbest['q'] == nbest['c'] == []
+    moved = [dataclasses.replace(f, example_index=0, qas_id='q') for f in features]
+    _, final, null_odds, _ = decode_predictions(blank[:1], moved, results[:len(moved)], 20, 30,
+                                                100.0)
+    assert final == {'q': ''} and null_odds == {'q': math.inf}

@@ -100,7 +100,8 @@ def test_predict_file_without_answers_and_one_question(tiny, tmp_path, capsys):
         assert run_squad.main(['predict', '--question', question, '--context', context,
                                '--null-score-diff-threshold', threshold] + common) == 0
         lines[threshold] = capsys.readouterr().out.strip().splitlines()[-1]
-    assert lines['-1000000'].startswith('no answer (null score difference ')
+    assert lines['-1000000'].startswith('no answer (best span ')
+    assert lines['-1000000'].endswith('> threshold -1000000.000)')
     answer = lines['1000000']
     assert answer.startswith("answer: '"), answer
     start, end = (int(x) for x in answer.split('(characters ')[1].split(' ')[0].split('-'))

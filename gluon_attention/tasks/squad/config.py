@@ -16,12 +16,81 @@ from ..engine.config import option, recipe_option
 from ..engine.launch import KVSTORES
 
 __all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
-           'check_config', 'threshold_override', 'EVAL_TITLES', 'THRESHOLD_TITLES']
+           'NullThreshold', 'NEVER_NULL', 'check_config', 'EVAL_TITLES', 'THRESHOLD_TITLES']
 
 #: The two articles of the shipped evaluation file, left out of training by default.
 EVAL_TITLES = 'Normans,Computational_complexity_theory'
 #: Two SQuAD 2.0 training articles (not in the SQuAD 1.1 file) held out to choose the threshold.
 THRESHOLD_TITLES = 'Huguenot,Scottish_Parliament'
+#: The threshold source of a SQuAD 1.1 model or run: the null answer is never predicted.
+NEVER_NULL = "none (--version-2-with-negative 0: '' is never predicted)"
+
+
+@dataclasses.dataclass(frozen=True)
+class NullThreshold:
+    """The null score difference threshold and where it came from.
+
+    A question's answer is '' where its null score difference exceeds ``value``.
+
+    Attributes
+    ----------
+    value : float or None
+        The threshold (log-probability difference, may be ``inf``: never ''); None only for
+        ``'auto'`` before the model folder's saved threshold is known (see :meth:`resolve`).
+    source : str
+        ``'auto'`` (not yet resolved), ``'flag'`` (given on the command line), ``'argument'``
+        (given to :class:`~gluon_attention.tasks.squad.predictor.QAPredictor`), the saved
+        source (e.g. ``'held-out articles Huguenot'``) or :data:`NEVER_NULL`.
+    """
+    value: Optional[float]
+    source: str
+
+    @classmethod
+    def parse(cls, text):
+        """``--null-score-diff-threshold``: ``'auto'`` -> ``NullThreshold(None, 'auto')``, a
+        finite number -> ``NullThreshold(number, 'flag')``.
+
+        Raises
+        ------
+        ValueError
+            For anything else (``nan`` and ``inf`` included).
+        """
+        if text == 'auto':
+            return cls(None, 'auto')
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
+            fail("--null-score-diff-threshold must be 'auto' or a finite number",
+                 null_score_diff_threshold=text)
+        return cls(value, 'flag')
+
+    def resolve(self, saved, version_2):
+        """The threshold to decode with: this one when it has a value, else the saved one.
+
+        Parameters
+        ----------
+        saved : dict
+            ``null_threshold`` (float or None) and ``null_threshold_source`` (str), as in a
+            model folder's ``qa_config.json`` or a calibration.
+        version_2 : bool or int
+            False: a SQuAD 1.1 model, ``NullThreshold(inf, NEVER_NULL)`` whatever was given.
+
+        Raises
+        ------
+        ValueError
+            ``'auto'`` for a SQuAD 2.0 model without a saved threshold.
+        """
+        if not version_2:
+            return NullThreshold(math.inf, NEVER_NULL)
+        if self.value is not None:
+            return self
+        if saved.get('null_threshold') is None:
+            fail('--null-score-diff-threshold must be a number for a model folder without a '
+                 'null threshold (trained with --version-2-with-negative 0)',
+                 null_score_diff_threshold='auto')
+        return NullThreshold(float(saved['null_threshold']), saved['null_threshold_source'])
 
 
 @dataclasses.dataclass
@@ -50,6 +119,11 @@ class QAOptions:
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
 
+    def __post_init__(self):
+        #: ``--null-score-diff-threshold`` parsed once, when the config is built (ValueError for
+        #: a bad value); the field keeps the text, as written to ``run_config.json``.
+        self.null_threshold = NullThreshold.parse(self.null_score_diff_threshold)
+
 
 @dataclasses.dataclass
 class EvaluateConfig(QAOptions):
@@ -68,8 +142,12 @@ class PredictConfig(QAOptions):
     predict_file: str = option('', 'SQuAD-format json whose questions to answer (answers, if '
                                'any, are ignored); writes predictions.json, null_odds.json and '
                                'nbest_predictions.json to <output-dir>/predict/')
-    question: str = option('', 'one question (with --context): print its answer')
-    context: str = option('', 'the paragraph that --question is about')
+    question: Optional[str] = option(None, "one question (with --context): print its answer "
+                                     "(empty or whitespace only: the null answer '')")
+    context: Optional[str] = option(None, 'the paragraph that --question is about')
+    json: bool = option(False, 'with --question: print every field of the answer as one JSON '
+                        'object (text, start, end, score, null_score_diff, threshold, best_span, '
+                        'best_span_start, best_span_end; inf written as null)')
 
 
 @dataclasses.dataclass
@@ -201,35 +279,11 @@ def check_config(config):
     if isinstance(config, TrainConfig) and config.max_steps == 0 and config.epochs <= 0:
         fail('--epochs must be > 0 when --max-steps is 0', epochs=config.epochs,
              max_steps=config.max_steps)
-    if isinstance(config, QAOptions):
-        threshold_override(config)
-    if isinstance(config, PredictConfig) and bool(config.predict_file) == bool(
-            config.question or config.context):
+    if isinstance(config, PredictConfig) and (
+            bool(config.predict_file) == (config.question is not None)
+            or (config.question is None) != (config.context is None)):
         fail('predict needs either --predict-file or both --question and --context',
              predict_file=config.predict_file, question=config.question, context=config.context)
-    if isinstance(config, PredictConfig) and not config.predict_file and not (
-            config.question.strip() and config.context.strip()):
-        fail('--question and --context must both be non-empty', question=config.question,
-             context=config.context)
-
-
-def threshold_override(config):
-    """The number given by ``--null-score-diff-threshold``, or None for 'auto'.
-
-    Raises
-    ------
-    ValueError
-        For anything but 'auto' or a finite number.
-    """
-    text = config.null_score_diff_threshold
-    try:
-        value = None if text == 'auto' else float(text)
-    except ValueError:
-        value = math.nan
-    if value is not None and not math.isfinite(value):
-        fail("--null-score-diff-threshold must be 'auto' or a finite number",
-             null_score_diff_threshold=text)
-    return value
 
 
 def _flag(name):

@@ -12,44 +12,26 @@ import mxnet as mx
 import numpy as onp
 from tqdm import tqdm
 
-from ..._checks import fail
 from ...data import squad
 from ...models.qa import QAInference
 from ..engine.common import atomic_write_json, parse_devices
 from ..export.block import export_and_check
-from .config import threshold_override
 from .data import INPUT_DTYPES, INPUT_NAMES, eval_features, load_eval_examples
 from .threshold import choose_null_threshold
 
-__all__ = ['NEVER_NULL', 'contexts_of', 'null_threshold', 'eval_job', 'infer', 'run_batches',
-           'decode', 'evaluate', 'null_odds_auc', 'calibrate_threshold', 'score_and_write',
+__all__ = ['contexts_of', 'eval_job', 'infer', 'run_batches', 'decode', 'evaluate',
+           'null_odds_auc', 'calibrate_threshold', 'score_and_write',
            'write_predictions', 'write_metrics', 'format_metrics', 'check_export', 'ONNX_EXTRA']
 
 METRIC_KEYS = ('exact', 'f1', 'HasAns_f1', 'NoAns_f1', 'null_threshold', 'null_threshold_source',
                'best_f1', 'best_f1_thresh', 'full_range_best_f1', 'always_answer_HasAns_f1',
                'null_odds_auc', 'total')
-NEVER_NULL = "none (--version-2-with-negative 0: '' is never predicted)"
 ONNX_EXTRA = 'pip install gluon_attention[onnx]'
 
 
 def contexts_of(config):
     """The devices of ``--ctx``; ValueError when one names a GPU this MXNet does not see."""
     return parse_devices(config.ctx)
-
-
-def null_threshold(config, saved, version_2):
-    """(threshold, where it came from): ``--null-score-diff-threshold`` when a number, else the
-    saved one (``saved``: a dict with ``null_threshold`` and ``null_threshold_source``)."""
-    if not version_2:
-        return math.inf, NEVER_NULL
-    override = threshold_override(config)
-    if override is not None:
-        return override, 'flag'
-    if saved.get('null_threshold') is None:
-        fail('--null-score-diff-threshold must be a number for a model folder without a null '
-             'threshold (trained with --version-2-with-negative 0)',
-             null_score_diff_threshold=config.null_score_diff_threshold)
-    return saved['null_threshold'], saved['null_threshold_source']
 
 
 def eval_job(config, tokenizer, max_seq_length, max_query_length):
@@ -70,14 +52,36 @@ def infer(model, features, config, ctx):
     """
     inference = QAInference(model, config.start_top_n, config.end_top_n)
     inference.hybridize(static_alloc=True)
-    return inference, run_batches(inference, features, config, ctx)
+    return inference, run_batches(inference, features, config.eval_batch_size, ctx,
+                                  config.progress)
 
 
-def run_batches(block, features, config, ctx):
-    """One 5-tuple of NumPy outputs per feature of an inference block (or its reloaded export)."""
+def run_batches(block, features, batch_size, ctx, progress=False):
+    """Run a QA inference block (or its reloaded export) on features, length-sorted batches.
+
+    Parameters
+    ----------
+    block : QAInference or SymbolBlock
+        Takes ``input_ids`` int32 (B, T), ``token_types`` int32 (B, T), ``valid_length`` int32
+        (B,), ``p_mask`` float32 (B, T) and returns the 5 outputs of ``QAInference``.
+    features : list of SquadFeature
+    batch_size : int
+        Features per forward pass; features of similar lengths run together, each pass padded
+        to its longest feature rounded up to a multiple of 8.
+    ctx : mx.Context
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    list of tuple of numpy.ndarray
+        One 5-tuple per feature, in the order of ``features``: ``start_top_logits`` float32
+        (Ns,), ``start_top_index`` (Ns,), ``end_top_logits`` float32 (Ns, Ne),
+        ``end_top_index`` (Ns, Ne), ``answerable_logits`` float32 (2,).
+    """
     outputs = [None] * len(features)
-    batches = squad.length_sorted_batches(features, config.eval_batch_size)
-    for index in tqdm(batches, desc='eval', unit='batch', disable=not config.progress):
+    batches = squad.length_sorted_batches(features, batch_size) if features else []
+    for index in tqdm(batches, desc='eval', unit='batch', disable=not progress):
         arrays = squad.batchify([features[i] for i in index], round_to=8)
         batch = [mx.np.array(arrays[k], dtype=arrays[k].dtype, ctx=ctx) for k in INPUT_NAMES]
         result = [o.asnumpy() for o in block(*batch)]
@@ -175,11 +179,12 @@ def calibrate_threshold(model, examples, tokenizer, config, ctx):
 
 
 def score_and_write(config, job, outputs, threshold, extra):
-    """Evaluate, write the predictions and metrics.json (``extra`` and the threshold added)."""
-    results = evaluate(job['examples'], job['eval_features'], outputs, config, threshold[0])
+    """Evaluate, write the predictions and metrics.json (``extra`` and the threshold added;
+    ``threshold``: a :class:`~gluon_attention.tasks.squad.config.NullThreshold`)."""
+    results = evaluate(job['examples'], job['eval_features'], outputs, config, threshold.value)
     metrics = dict(results['metrics'], **extra)
     if config.version_2_with_negative:
-        metrics.update(null_threshold=threshold[0], null_threshold_source=threshold[1])
+        metrics.update(null_threshold=threshold.value, null_threshold_source=threshold.source)
     else:
         for key in ('null_threshold', 'null_threshold_source'):
             metrics.pop(key, None)
@@ -221,8 +226,8 @@ def check_export(inference, examples, features, outputs, config, final_predictio
                                         ctx)
     same = len(final_predictions)
     if report['max_abs_diff'] > 0:     # equal outputs decode to equal predictions
-        _, final, _, _ = decode(examples, features, run_batches(reloaded, features, config, ctx),
-                                config, threshold)
+        outputs = run_batches(reloaded, features, config.eval_batch_size, ctx, config.progress)
+        _, final, _, _ = decode(examples, features, outputs, config, threshold)
         same = sum(final[k] == final_predictions[k] for k in final_predictions)
     check = dict(report, identical=same, total=len(final_predictions),
                  status='ok' if same == len(final_predictions) else 'MISMATCH')

@@ -12,8 +12,9 @@ from ...data import squad
 from ..engine.config import write_run_config
 from .data import (check_model_fits, eval_stride, heldout_examples, load_training_features,
                    warn_shared_articles)
-from .evaluation import (NEVER_NULL, ONNX_EXTRA, calibrate_threshold, check_export,
-                         contexts_of, eval_job, infer, null_threshold, score_and_write)
+from .config import NEVER_NULL
+from .evaluation import (ONNX_EXTRA, calibrate_threshold, check_export, contexts_of, eval_job,
+                         infer, score_and_write)
 from .folder import model_folder, save_model_folder
 from .loop import check_resumable, train
 from .model import build_model
@@ -68,7 +69,7 @@ def run_train(config, job):
                       _qa_config(model, config, calibration))
     start = time.time()
     inference, outputs = infer(model, job['eval_features'], config, contexts[0])
-    threshold = null_threshold(config, calibration, config.version_2_with_negative)
+    threshold = config.null_threshold.resolve(calibration, config.version_2_with_negative)
     results = score_and_write(config, job, outputs, threshold, dict(
         calibration, train_steps=steps, train_seconds=round(train_seconds, 1),
         eval_seconds=round(time.time() - start, 1),
@@ -77,10 +78,10 @@ def run_train(config, job):
     if config.skip_export:
         return 0
     check = check_export(inference, job['examples'], job['eval_features'], outputs, config,
-                         results['final_predictions'], threshold[0], contexts[0])
+                         results['final_predictions'], threshold.value, contexts[0])
     print('export check: {identical}/{total} predictions identical after reload; max |output '
           'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
-    onnx_check = _check_onnx(job, outputs, config, threshold[0]) if config.onnx else None
+    onnx_check = _check_onnx(job, outputs, config, threshold.value) if config.onnx else None
     failed = check['status'] != 'ok' or (onnx_check and onnx_check['status'] != 'ok')
     return 1 if failed else 0
 
