@@ -15,14 +15,15 @@ from .._resources import resource_path
 from .squad_decode import best_span, decode_predictions, is_blank_input, span_candidates
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
                              default_model_dir, length_sorted_batches, load_tokenizer)
-from .squad_metric import (best_threshold, exact_match, f1_score, gold_answers, normalize_answer,
-                           squad_evaluate)
+from .squad_metric import (SWEEP_RULES, exact_match, f1_score, gold_answers, normalize_answer,
+                           squad_evaluate, sweep_null_threshold)
 
 __all__ = ['SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad', 'default_model_dir',
            'load_tokenizer', 'SquadFeature', 'is_blank_input', 'convert_examples_to_features',
            'batchify',
            'length_sorted_batches',
-           'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'best_threshold',
+           'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
+           'sweep_null_threshold',
            'squad_evaluate', 'best_span', 'span_candidates', 'decode_predictions']
 
 _RESOURCES = resource_path('squad')

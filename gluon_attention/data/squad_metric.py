@@ -8,7 +8,7 @@ here equal the official ones on the same predictions and no-answer probabilities
 - EM and token F1 are the maximum over the gold answers; an unanswerable question has the single
   gold answer '' (F1 is then 1 for an empty prediction and 0 otherwise);
 - every reported value is a percentage; ``best_*`` sweeps the no-answer threshold over the sorted
-  no-answer probabilities.
+  no-answer probabilities (:func:`sweep_null_threshold` with the official rule).
 """
 import collections
 import re
@@ -16,8 +16,8 @@ import string
 
 from .._checks import fail
 
-__all__ = ['normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'best_threshold',
-           'squad_evaluate']
+__all__ = ['normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
+           'sweep_null_threshold', 'squad_evaluate']
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r'\b(a|an|the)\b')
@@ -60,41 +60,67 @@ def gold_answers(example):
     return texts or ['']
 
 
-def best_threshold(predictions, scores, na_probs, has_answer):
-    """Best score over no-answer thresholds (official ``find_best_thresh`` semantics).
+#: The tie rules of :func:`sweep_null_threshold`.
+SWEEP_RULES = ('official', 'between')
 
-    Starts from "answer nothing" (one point per unanswerable question), then walks the questions in
-    increasing no-answer probability, switching each to its prediction: an answerable one gains its
-    score, an unanswerable one loses a point when its prediction is non-empty.
+
+def sweep_null_threshold(null_odds, gains, start, rule):
+    """The no-answer threshold of best total score: one sweep, two tie rules.
+
+    Starts from "every question is answered ''" (total ``start``), then walks the questions in
+    increasing null odds, switching each to its span answer (the total changes by its gain),
+    and keeps the best total seen. A question is answered with its span where its null odds are
+    at most the threshold, '' where they exceed it.
 
     Parameters
     ----------
-    predictions : dict of str -> str
-    scores : dict of str -> float
-        Raw per-question EM or F1 in [0, 1], keyed by question id.
-    na_probs : dict of str -> float
-        No-answer probability (any real score: higher = more likely unanswerable); its order breaks
-        ties, as in the official script.
-    has_answer : dict of str -> bool
+    null_odds : dict of str -> float
+        No-answer score per question id (higher = more likely unanswerable: a probability or a
+        score difference). Its order breaks ties in the walk (stable sort).
+    gains : dict of str -> float
+        Per question id in ``null_odds``: total with its span answer minus total with ''.
+    start : float
+        The total when every question is answered ''.
+    rule : {'official', 'between'}
+        ``'official'``: the official SQuAD 2.0 script's ``find_best_thresh``: every question
+        is a cut, ties in null odds included (a cut between equal null odds cannot be applied
+        as a threshold), the threshold is the null odds of the last question switched, 0.0 when
+        answering nothing is best; ``best_f1``/``best_f1_thresh`` follow it. ``'between'``:
+        only cuts between different null odds count (the threshold reproduces the total), placed
+        midway between the last question answered and the first left ''; answering nothing
+        gives ``min - 1``, answering everything ``max + 1``. Both keep the first best
+        (a later total must be strictly larger).
 
     Returns
     -------
     (float, float)
-        The best score in percent of ``len(scores)`` and the threshold (the no-answer
-        probability at which it is reached; 0.0 when answering nothing is best).
+        The best total and its threshold.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``rule``, or no questions with ``'between'``.
     """
-    current = best = sum(1 for qid in scores if not has_answer[qid])
-    threshold = 0.0
-    for qid in sorted(na_probs, key=na_probs.get):
-        if qid not in scores:
-            continue
-        if has_answer[qid]:
-            current += scores[qid]
-        elif predictions[qid]:
-            current -= 1
-        if current > best:
-            best, threshold = current, na_probs[qid]
-    return 100.0 * best / len(scores), threshold
+    if rule not in SWEEP_RULES:
+        fail('rule must be one of {}'.format(', '.join(map(repr, SWEEP_RULES))), rule=rule)
+    order = sorted(null_odds, key=null_odds.get)
+    if rule == 'between' and not order:
+        fail("expected at least one question for rule='between'", num_questions=0)
+    values = [null_odds[q] for q in order]
+    current = best = start
+    threshold, best_count = 0.0, 0
+    for count, qid in enumerate(order, 1):
+        current += gains[qid]
+        cut = rule == 'official' or count == len(order) or values[count] > values[count - 1]
+        if cut and current > best:
+            best, threshold, best_count = current, values[count - 1], count
+    if rule == 'official':
+        return best, threshold
+    if best_count == 0:
+        return best, values[0] - 1.0
+    if best_count == len(order):
+        return best, values[-1] + 1.0
+    return best, (values[best_count - 1] + values[best_count]) / 2
 
 
 def _percentages(exact, f1, qids, prefix=''):
@@ -154,7 +180,11 @@ def squad_evaluate(examples, predictions, na_probs=None, na_prob_thresh=1.0):
             result.update(_percentages({**exact, **null_wins}, {**f1, **null_wins}, subset, prefix))
     if na_probs is not None:
         ordered = {q: na_probs[q] for q in na_probs if q in has_answer}
+        start = sum(1 for q in has_answer if not has_answer[q])     # every question answered ''
         for key, scores in (('exact', exact), ('f1', f1)):
-            best, thresh = best_threshold(predictions, scores, ordered, has_answer)
-            result['best_' + key], result['best_{}_thresh'.format(key)] = best, thresh
+            gains = {q: scores[q] if has_answer[q] else -float(bool(predictions[q]))
+                     for q in ordered}
+            best, thresh = sweep_null_threshold(ordered, gains, start, 'official')
+            result['best_' + key] = 100.0 * best / len(has_answer)
+            result['best_{}_thresh'.format(key)] = thresh
     return result

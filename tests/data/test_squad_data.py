@@ -10,7 +10,7 @@ import numpy as onp
 import pytest
 
 from gluon_attention.data import squad
-from gluon_attention.data.squad import (SquadExample, batchify, best_span, best_threshold,
+from gluon_attention.data.squad import (SquadExample, batchify, best_span, sweep_null_threshold,
                                         convert_examples_to_features, decode_predictions,
                                         default_data_path, exact_match, f1_score, gold_answers,
                                         load_tokenizer,
@@ -400,10 +400,29 @@ def test_best_threshold_equals_brute_force_sweep(rng):
         return sum(float(not has_answer[q]) if na_probs[q] > threshold
                    else (scores[q] if has_answer[q] else float(not predictions[q])) for q in qids)
     brute = max(applied(t) for t in [-1.0] + list(na_probs.values()))
-    best, threshold = best_threshold(predictions, scores, na_probs, has_answer)
-    assert best == pytest.approx(100.0 * brute / 40)
-    never_improved = threshold == 0.0 and best == pytest.approx(100.0 * applied(-1.0) / 40)
+    gains = {q: scores[q] if has_answer[q] else -float(bool(predictions[q])) for q in qids}
+    start = sum(not has_answer[q] for q in qids)
+    best, threshold = sweep_null_threshold(na_probs, gains, start, 'official')
+    assert best == pytest.approx(brute)
+    never_improved = threshold == 0.0 and best == pytest.approx(applied(-1.0))
     assert applied(threshold) == pytest.approx(brute) or never_improved
+
+
+def test_sweep_tie_rules():
+    """Three questions with null odds 1, 1, 2 and gains +1, -1, +0.5 from a start of 0: the
+    official rule cuts between the tied questions (total 1 'at' 1.0, which the threshold 1.0
+    does not give: it answers both); 'between' cuts only between different odds: 0 after the
+    tied pair (not better than the start), 0.5 with all three answered (threshold max + 1)."""
+    odds, gains = {'a': 1.0, 'b': 1.0, 'c': 2.0}, {'a': 1.0, 'b': -1.0, 'c': 0.5}
+    assert sweep_null_threshold(odds, gains, 0.0, 'official') == (1.0, 1.0)
+    assert sweep_null_threshold(odds, gains, 0.0, 'between') == (0.5, 3.0)
+    assert sweep_null_threshold(odds, dict(gains, c=-0.5), 0.0, 'between') == (0.0, 0.0)
+    assert sweep_null_threshold(odds, {'a': -1, 'b': -1, 'c': -1}, 0.0, 'official') == (0.0, 0.0)
+    assert sweep_null_threshold(odds, {'a': -1, 'b': -1, 'c': -1}, 0.0, 'between') == (0.0, 0.0)
+    assert sweep_null_threshold(odds, {'a': 1, 'b': 1, 'c': 1}, 0.0, 'between') == (3.0, 3.0)
+    with pytest.raises(ValueError, match=r"rule must be one of 'official', 'between'\. "
+                                         r"Received: rule='ties'"):
+        sweep_null_threshold(odds, gains, 0.0, 'ties')
 
 
 def test_squad_evaluate_on_real_files(small):

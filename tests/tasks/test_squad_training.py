@@ -14,7 +14,6 @@ from gluon_attention.tasks.squad.data import (heldout_examples, load_training_fe
 from gluon_attention.tasks.squad.evaluation import null_odds_auc
 from gluon_attention.tasks.squad.loop import train
 from gluon_attention.tasks.squad.model import build_model
-from gluon_attention.tasks.squad.threshold import choose_null_threshold
 from gluon_attention.tasks.squad.train import prepare_train
 from squad_tiny import make_tiny_bert, make_train_file
 
@@ -68,7 +67,7 @@ def _f1_at(examples, predictions, null_odds, threshold):
 
 
 @pytest.mark.parametrize('seed', [0, 1, 2])
-def test_chosen_threshold_has_the_best_f1_of_all_thresholds(seed):
+def test_between_rule_threshold_has_the_best_f1_of_all_thresholds(seed):
     rng = onp.random.RandomState(seed)
     examples, predictions, null_odds = [], {}, {}
     for i in range(40):
@@ -77,7 +76,11 @@ def test_chosen_threshold_has_the_best_f1_of_all_thresholds(seed):
         examples.append(squad.SquadExample(qid, 't', 'q?', 'red fox', answers, not answers))
         predictions[qid] = ['red fox', 'fox', 'blue', ''][rng.randint(4)]
         null_odds[qid] = float(rng.randint(-6, 6))        # ties on purpose
-    threshold, f1 = choose_null_threshold(examples, predictions, null_odds)
+    gains = {e.qas_id: max(squad.f1_score(g, predictions[e.qas_id]) for g in
+                           squad.gold_answers(e)) - (not e.answers) for e in examples}
+    start = float(sum(not e.answers for e in examples))
+    best, threshold = squad.sweep_null_threshold(null_odds, gains, start, 'between')
+    f1 = 100.0 * best / len(examples)
     values = sorted(set(null_odds.values()))
     candidates = [values[0] - 1] + values
     best = max(_f1_at(examples, predictions, null_odds, t) for t in candidates)
