@@ -38,7 +38,8 @@ setup(
     extras_require={
         'cpu': ['mxnet==1.9.1'],
         'plots': ['matplotlib>=3.5,<4'],
-        'onnx': ['onnx==1.13.1', 'protobuf==3.20.3', 'onnxruntime==1.26.0'],
+        'onnx': ['onnx==1.17.0', 'protobuf==3.20.3', 'onnxruntime==1.26.0', 'sympy>=1.12,<2',
+                 'ml_dtypes>=0.5,<0.6'],
         # Multi Model Server: its frontend needs a Java runtime (a system package, see README)
         'serve': ['multi-model-server==1.1.11', 'model-archiver==1.0.3'],
         'test': ['pytest>=7,<10', 'hypothesis>=6,<7', 'gluonnlp>=0.10,<0.11'],

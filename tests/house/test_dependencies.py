@@ -45,7 +45,8 @@ def test_mxnet_only_through_the_cpu_extra(requirements):
 def test_plots_and_onnx_are_extras(requirements):
     unconditional = _names(requirements)
     assert _names(requirements, 'plots') == {'matplotlib'}
-    assert _names(requirements, 'onnx') == {'onnx', 'onnxruntime', 'protobuf'}
+    assert _names(requirements, 'onnx') == {'onnx', 'onnxruntime', 'protobuf', 'sympy',
+                                            'ml-dtypes'}
     assert not unconditional & {'matplotlib', 'onnx', 'onnxruntime', 'protobuf'}
     assert {'numpy', 'tokenizers', 'safetensors', 'tqdm'} <= unconditional
 

@@ -16,7 +16,7 @@ from mxnet.gluon import HybridBlock
 import gluon_attention as ga
 from gluon_attention.core import fused
 
-pytest.importorskip('onnx', reason='ONNX export needs onnx<1.14 (pip install .[onnx])')
+pytest.importorskip('onnx', reason='ONNX export needs onnx 1.17 (pip install .[onnx])')
 pytest.importorskip('onnxruntime', reason='ONNX parity tests need onnxruntime '
                                           '(pip install .[onnx])')
 from gluon_attention.tasks.export.onnx import export_onnx, run_onnx  # noqa: E402

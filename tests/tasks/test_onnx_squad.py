@@ -12,7 +12,7 @@ from mxnet import np
 import gluon_attention as ga
 from gluon_attention.data import squad
 
-pytest.importorskip('onnx', reason='ONNX export needs onnx<1.14 (pip install .[onnx])')
+pytest.importorskip('onnx', reason='ONNX export needs onnx 1.17 (pip install .[onnx])')
 pytest.importorskip('onnxruntime', reason='ONNX parity tests need onnxruntime '
                                           '(pip install .[onnx])')
 from gluon_attention.tasks.export.block import export_block  # noqa: E402

@@ -12,11 +12,12 @@ operator. It has none for the numpy-interface operators (``_np_*``, ``_npi_*``, 
 for the fused kernel library's operators; :mod:`.onnx_ops`, :mod:`.onnx_shape_ops`,
 :mod:`.onnx_attention` and :mod:`.onnx_rowwise` register them, and a few of MXNet's own
 converters are replaced while a conversion runs (see :data:`.onnx_attention.OVERRIDES`). Its
-``export_model`` validates against the installed onnx package's default opset (18 for onnx
-1.13) although its converters are written for opsets 12-13, so the conversion goes through
+``export_model`` validates against the installed onnx package's default opset (18 and up)
+although its converters are written for opsets 12-13, so the conversion goes through
 ``MXNetGraph`` directly with the checker and the model's opset import at 13. Needs
-``onnx<1.14`` (the exporter imports ``onnx.mapping``) and ``onnxruntime``: ``pip install
-gluon_attention[onnx]``.
+onnx 1.17 (the exporter imports ``onnx.mapping``, deprecated but still there in 1.17; ONNX
+Runtime 1.26's quantizer needs the INT4 types of onnx 1.16 and later) and ``onnxruntime``:
+``pip install gluon_attention[onnx]``.
 """
 import contextlib
 import json
@@ -28,7 +29,7 @@ import numpy as onp
 try:
     import onnx
 except ImportError as error:
-    raise ImportError('ONNX export needs onnx 1.13 (onnx<1.14) and onnxruntime: pip install '
+    raise ImportError('ONNX export needs onnx 1.17 and onnxruntime: pip install '
                       '"gluon_attention[onnx]"') from error
 from onnx import helper
 from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
@@ -36,7 +37,7 @@ from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 from ... import _checks
 from ...core import fused
 from ..engine.common import atomic_path
-from . import (onnx_attention, onnx_ops, onnx_rowwise,  # noqa: F401 (they register)
+from . import (onnx_attention, onnx_fusable, onnx_ops, onnx_rowwise,  # noqa: F401
                onnx_shape_ops)
 from .block import export_block
 
@@ -92,15 +93,18 @@ def _output_shapes(sym, params, graph_input_names, input_shapes):
 
 
 @contextlib.contextmanager
-def _exporter_at_opset():
-    """MXNet's exporter with our replacement converters and the checker at opset 13; both are
-    restored on exit."""
+def _exporter_at_opset(fusable=False):
+    """MXNet's exporter with our replacement converters (and, when ``fusable``, those of
+    :mod:`.onnx_fusable`) and the checker at opset 13; both are restored on exit."""
+    overrides = dict(onnx_attention.OVERRIDES)
+    if fusable:
+        overrides.update(onnx_fusable.FUSABLE_OVERRIDES)
     registry = MXNetGraph.registry_.setdefault(OPSET, {})
-    saved = {op: registry.get(op) for op in onnx_attention.OVERRIDES}
+    saved = {op: registry.get(op) for op in overrides}
     context = onnx.checker.DEFAULT_CONTEXT
     opsets = dict(context.opset_imports)
     try:
-        registry.update(onnx_attention.OVERRIDES)
+        registry.update(overrides)
         context.opset_imports = {'': OPSET}
         with warnings.catch_warnings():
             warnings.simplefilter('ignore', DeprecationWarning)     # onnx.mapping
@@ -180,7 +184,7 @@ def _describe_inputs(spec, names, dtypes, shapes):
 
 
 def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=None,
-                input_shapes=None, output_names=None):
+                input_shapes=None, output_names=None, fusable=False):
     """Convert an exported MXNet model to an ONNX file (opset 13).
 
     Parameters
@@ -201,6 +205,11 @@ def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=
         Required unless ``<prefix>-inputs.json`` records ``input_shapes``.
     output_names : list of str, optional
         Names of the ONNX outputs, in the MXNet output order; default ``output0``, ...
+    fusable : bool
+        Write the transformer in the subgraphs ONNX Runtime's transformer optimizer fuses
+        (:mod:`.onnx_optimize`; what changes is in :mod:`.onnx_fusable`: outputs at padded
+        positions, past ``valid_length``, differ from MXNet's). Default False: every output
+        as MXNet computes it. Either way no initializer feeds two nodes.
 
     Returns
     -------
@@ -230,7 +239,10 @@ def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=
     sym, params = _load_graph(prefix, spec)
     order = [spec['graph_input_names'].index(n) for n in sym.list_inputs() if n not in params]
     probe = _probe_shapes(input_shapes)[0][0]
-    with _exporter_at_opset(), mx.util.np_shape(True):
+    if fusable:
+        onnx_fusable.check_fusable(sym, dict({n: v.shape for n, v in params.items()},
+                                             **dict(zip(spec['graph_input_names'], probe))))
+    with _exporter_at_opset(fusable), mx.util.np_shape(True):
         graph = MXNetGraph().create_onnx_graph_proto(
             sym, params, [probe[i] for i in order],
             [onnx_ops.tensor_type(input_dtypes[i]) for i in order], opset_version=OPSET,
@@ -238,6 +250,9 @@ def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=
     output_names = list(output_names or ['output%d' % i for i in range(len(sym.list_outputs()))])
     shapes = _output_shapes(sym, params, spec['graph_input_names'], input_shapes)
     graph = _finish_graph(graph, sym, spec, input_names, list(zip(output_names, shapes)))
+    if fusable:
+        onnx_fusable.literal_head_split(graph)
+    onnx_fusable.unshare_initializers(graph)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', OPSET)],
                               producer_name='gluon_attention')
     helper.set_model_props(model, {'mxnet_prefix': os.path.basename(prefix),

@@ -9,15 +9,19 @@ import math
 
 import numpy as onp
 
-from ...core.fused_rowwise import BIAS_GELU_OP, LAYER_NORM_OP
+from ...core.fused import LIBRARY_OPS
 from .onnx_ops import Emitter, register
 
-__all__ = ['convert_add_layer_norm', 'convert_bias_gelu']
+__all__ = ['LAYER_NORM_OP', 'BIAS_GELU_OP', 'convert_add_layer_norm', 'convert_bias_gelu']
+
+# the operators of core.fused_rowwise (named here from the library's list: a shorter import chain)
+LAYER_NORM_OP, BIAS_GELU_OP = LIBRARY_OPS[1:]
 
 
 @register(LAYER_NORM_OP)
-def convert_add_layer_norm(node, **kwargs):
-    """data (+ residual), normalised over the last axis, times gamma, plus beta."""
+def convert_add_layer_norm(node, square_by_pow=False, **kwargs):
+    """data (+ residual), normalised over the last axis, times gamma, plus beta; the deviation
+    squared as ``Mul(dev, dev)``, or ``Pow(dev, 2)`` with ``square_by_pow``."""
     e = Emitter(node, kwargs)
     dtype = e.dtypes[0]
     data, gamma, beta = e.inputs[:3]
@@ -25,7 +29,9 @@ def convert_add_layer_norm(node, **kwargs):
         data = e.op('Add', [data, e.inputs[3]])
     mean = e.op('ReduceMean', [data], axes=[-1], keepdims=1)
     dev = e.op('Sub', [data, mean])
-    var = e.op('ReduceMean', [e.op('Mul', [dev, dev])], axes=[-1], keepdims=1)
+    square = e.op('Pow', [dev, e.const(onp.array(2.0, dtype), dtype)]) if square_by_pow else \
+        e.op('Mul', [dev, dev])
+    var = e.op('ReduceMean', [square], axes=[-1], keepdims=1)
     eps = e.const(onp.array(float(e.attr('eps', 1e-5)), dtype), dtype)
     norm = e.op('Div', [dev, e.op('Sqrt', [e.op('Add', [var, eps])])])
     e.final('Add', [e.op('Mul', [norm, gamma]), beta])

@@ -31,11 +31,14 @@ QA_OUTPUT_NAMES = ('start_top_logits', 'start_top_index', 'end_top_logits', 'end
                    'answerable_logits')
 
 
-def export_qa_onnx(prefix):
+def export_qa_onnx(prefix, fusable=True):
     """``<prefix>.onnx`` from the exported ``QAInference`` at ``prefix`` (the SQuAD job's
     ``<output-dir>/export/qa``), with free batch and sequence axes and named outputs; returns
-    its path."""
-    return export_onnx(prefix, input_shapes=QA_INPUT_SHAPES, output_names=QA_OUTPUT_NAMES)
+    its path. ``fusable`` (default): in the form ONNX Runtime's optimizer fuses
+    (:mod:`..export.onnx_fusable`): the outputs read no padded position where ``p_mask`` blocks
+    them, as in every SQuAD feature, so they stay MXNet's."""
+    return export_onnx(prefix, input_shapes=QA_INPUT_SHAPES, output_names=QA_OUTPUT_NAMES,
+                       fusable=fusable)
 
 
 def run_onnx_squad(onnx_path, features, batch_size=32, threads=None):

@@ -88,7 +88,7 @@ def run_train(config, job):
 
 def _check_onnx(job, outputs, config, threshold):
     """:func:`~.onnx_check.check_onnx_export`, or None (said on stdout) without the ``[onnx]``
-    extra (onnx<1.14, onnxruntime)."""
+    extra (onnx 1.17, onnxruntime)."""
     try:
         import onnxruntime  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
         from .onnx_check import check_onnx_export  # pylint: disable=import-outside-toplevel
