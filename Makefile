@@ -2,6 +2,7 @@
 #   make demo   create .venv, install pinned dependencies, run the SQuAD 2.0 main job
 #   make test   create .venv if needed, run the test suite
 #   make demo ARGS="--max-steps 50"   (make nli and make bench too) pass options to the script
+#   make demo DATA_DIR=/data/ga   read the data files from another folder (docs/data.md)
 #   make demo-dist   the demo as 2 dist_sync workers and 1 server on this machine (runs/squad-dist)
 #   make serve       serve the demo's model over HTTP on 127.0.0.1:8080 (needs Java); make serve-stop
 # GPU users: make MXNET_PKG=mxnet-cu112==1.9.1 demo
@@ -12,6 +13,8 @@ VENV ?= .venv
 MXNET_PKG ?= mxnet==1.9.1
 PY := $(VENV)/bin/python
 ARGS ?=
+# The data folder (SQuAD, SNLI, GloVe; the package ships none): see docs/data.md.
+DATA_DIR ?= ../shared/data
 # Every pip call below takes the exact versions of constraints.txt (setup.py keeps ranges), and
 # so does every isolated build it starts (pip 26.2 and later read build constraints only from
 # PIP_BUILD_CONSTRAINT; older pips apply PIP_CONSTRAINT to builds and ignore the other).
@@ -49,7 +52,7 @@ test-full: venv
 	GA_FULL_TESTS=1 $(PY) -m pytest -q tests
 
 demo: venv
-	$(PY) scripts/run_squad.py --threads $(THREADS) $(ARGS)
+	$(PY) scripts/run_squad.py --threads $(THREADS) --data-dir $(DATA_DIR) $(ARGS)
 
 # Two workers of 8 features per forward pass: 16 features per step, the demo's global batch
 # (a step holds --batch-size x --grad-accum-steps x workers features); half the threads each.
@@ -57,12 +60,15 @@ WORKER_THREADS ?= $(shell n=$$(( $(THREADS) / 2 )); echo $$(( n > 0 ? n : 1 )))
 
 demo-dist: venv
 	$(PY) scripts/launch.py -n 2 -s 1 -- $(PY) scripts/run_squad.py train --kvstore dist_sync \
-	    --batch-size 8 --threads $(WORKER_THREADS) --output-dir runs/squad-dist $(ARGS)
+	    --batch-size 8 --threads $(WORKER_THREADS) --data-dir $(DATA_DIR) \
+	    --output-dir runs/squad-dist $(ARGS)
 
 # ARGS first, so that a command (train, the default; evaluate, predict, plot-attention) leads;
-# --threads from THREADS unless ARGS gives it.
+# --threads from THREADS unless ARGS gives it; --data-dir from DATA_DIR for the commands that read
+# the data folder (train, plot-attention) unless ARGS gives it.
 nli: venv
-	$(PY) scripts/train_nli.py $(ARGS) $(if $(findstring --threads,$(ARGS)),,--threads $(THREADS))
+	$(PY) scripts/train_nli.py $(ARGS) $(if $(findstring --threads,$(ARGS)),,--threads $(THREADS)) \
+	    $(if $(filter evaluate predict,$(firstword $(ARGS)))$(findstring --data-dir,$(ARGS)),,--data-dir $(DATA_DIR))
 
 $(PEER_VENV)/.installed: bench/peer-constraints.txt
 	$(PYTHON) -m venv $(PEER_VENV)
@@ -71,7 +77,8 @@ $(PEER_VENV)/.installed: bench/peer-constraints.txt
 	touch $@
 
 bench: venv $(PEER_VENV)/.installed
-	$(PY) scripts/benchmark.py --threads $(THREADS) --torch-python $(PEER_VENV)/bin/python $(ARGS)
+	$(PY) scripts/benchmark.py --threads $(THREADS) --torch-python $(PEER_VENV)/bin/python \
+	    --data-dir $(DATA_DIR) $(ARGS)
 
 # Multi Model Server (the [serve] extra) runs a Java frontend: a system package, not a pip one.
 MODEL_DIR ?= runs/squad/model

@@ -17,12 +17,12 @@ setup(
     long_description_content_type='text/markdown',
     license='Apache-2.0',
     python_requires='>=3.11,<3.12',
-    # namespace packages: the data and source folders (resources, csrc, _lib) count as part of
-    # the package, so setuptools ships their files without warning
+    # namespace packages: the source folders (csrc, _lib) count as part of the package, so
+    # setuptools ships their files without warning. No data ships: the jobs read a data folder
+    # (--data-dir, GA_DATA_DIR; see docs/data.md)
     packages=find_namespace_packages(include=['gluon_attention', 'gluon_attention.*'],
                                      exclude=['*.__pycache__']),
-    package_data={'gluon_attention': ['resources/*', 'resources/*/*', 'resources/*/*/*', 'core/csrc/*',
-                                     'core/_lib/*.so']},
+    package_data={'gluon_attention': ['core/csrc/*', 'core/_lib/*.so']},
     include_package_data=True,
     # Ranges here; the exact versions of a tested environment are in constraints.txt (make venv
     # installs with PIP_CONSTRAINT pointing at it). MXNet is deliberately not a requirement: the

@@ -47,6 +47,10 @@ def parse_args(argv=None):
                              '.venv-peer/bin/python as make bench installs it (default: this '
                              'one if it imports torch; "none" skips it)')
     parser.add_argument('--out', default='runs/benchmark', help='writes OUT.md and OUT.json')
+    parser.add_argument('--data-dir', default='',
+                        help='data folder of the qa_inference questions (haystack-small) '
+                             "(default: '': $GA_DATA_DIR, else ../shared/data from the "
+                             'repository root)')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -163,16 +167,17 @@ def measure(args, torch_peer, python, on_row=None):
             if on_row:
                 on_row(rows)
     for config in [c for c in args.configs if c in MODEL_CONFIGS]:
-        rows += model_rows(config, args.threads, python, args.model_rounds)
+        rows += model_rows(config, args.threads, python, args.model_rounds, args.data_dir)
         print('{} done'.format(config), flush=True)
         if on_row:
             on_row(rows)
     return rows
 
 
-def model_rows(config, threads, torch_python, rounds):
+def model_rows(config, threads, torch_python, rounds, data_dir=''):
     """The rows of a whole-model configuration ('squad_step' or 'qa_inference') at full size;
-    ``torch_python`` None, or one without transformers: no torch row."""
+    ``torch_python`` None, or one without transformers: no torch row; ``data_dir``: the data
+    folder of the qa_inference questions."""
     from gluon_attention.tasks.bench import models, qa
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
@@ -180,7 +185,7 @@ def model_rows(config, threads, torch_python, rounds):
         return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
                                       torch_python, rounds=rounds)
     return qa.qa_inference_rows(os.path.join(SCRIPTS, 'bench_qa_torch_peer.py'), threads,
-                                torch_python, rounds=rounds)
+                                torch_python, rounds=rounds, data_dir=data_dir)
 
 
 def versions(args, torch_peer):
@@ -233,6 +238,13 @@ def main(argv=None):
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
         return
+    if 'qa_inference' in args.configs:      # its data file exists before any timing starts
+        from gluon_attention.data import squad
+        from gluon_attention.tasks.bench.qa import EVAL_FILE
+        try:
+            squad.default_data_path(EVAL_FILE, args.data_dir)
+        except ValueError as err:
+            raise SystemExit('benchmark.py: error: {}'.format(err)) from None
     python = torch_python(args.torch_python)
     torch_peer = TorchPeer(python, args.threads) if python else None
     start = time.time()

@@ -7,7 +7,8 @@ Commands (``train`` when none is given):
   predict PREMISE HYPOTHESIS   print the label and the three probabilities of one pair
   plot-attention N             heat maps of the alignment of N validation pairs -> attention.png
 
-Default run (no arguments; the data ships inside the package): train on the SNLI dev pairs of the
+Default run (no arguments; the files of the data folder: --data-dir, else $GA_DATA_DIR, else
+../shared/data from the repository root, see docs/data.md): train on the SNLI dev pairs of the
 e-SNLI line-format files minus the pairs that occur in the two SNLI 1.0 jsonl subsets (matched on
 normalized text), validate on the 2,527 labelled jsonl pairs, keep the best epoch, write
 ``metrics.json``, export the hybridized model and check that the reloaded ``SymbolBlock`` agrees.
@@ -29,7 +30,7 @@ HELP = {'train': 'train, keep the best epoch, write metrics.json, export and che
 #: The options of NLIConfig that the commands using a trained model read.
 MODEL_OPTIONS = {'evaluate': ('output_dir', 'ctx', 'threads'),
                  'predict': ('output_dir', 'ctx', 'threads'),
-                 'plot-attention': ('output_dir', 'ctx', 'threads', 'valid')}
+                 'plot-attention': ('output_dir', 'ctx', 'threads', 'valid', 'data_dir')}
 
 
 def build_parser():

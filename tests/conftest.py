@@ -1,7 +1,11 @@
-"""Shared test configuration: tolerances, seeds, hybridize modes, markers.
+"""Shared test configuration: tolerances, seeds, hybridize modes, markers, the data folder.
 
 Every tolerance and seed used by the suite lives here, so a change of numerical
 policy is one edit. ``GA_FULL_TESTS=1`` enlarges the shape sweeps.
+
+Tests read the data folder the jobs read (``GA_DATA_DIR``, else ``../shared/data`` from the
+repository root; see docs/data.md) through :func:`data_dir`, :func:`squad_file` and
+:func:`data_file`: a test that needs a file fails, naming the path, when it is missing.
 """
 import os
 
@@ -23,6 +27,29 @@ PEER_TOL = 1e-5
 SEED = 1234
 FULL = os.environ.get('GA_FULL_TESTS', '0') == '1'
 HYBRID_MODES = ('imperative', 'hybridize', 'static')
+
+
+def data_dir():
+    """The data folder of the tests: the jobs' default (``GA_DATA_DIR``, else ``../shared/data``
+    from the repository root)."""
+    from gluon_attention._resources import data_folder
+    return data_folder()[0]
+
+
+def squad_file(name):
+    """Path of a named SQuAD file of the data folder (``squad.SQUAD_FILES``); a missing file
+    raises the jobs' one-line ValueError, which fails the test."""
+    from gluon_attention.data import squad
+    return squad.default_data_path(name, data_dir())
+
+
+def data_file(relative):
+    """Path of ``relative`` inside the data folder; the test fails when it is missing."""
+    path = data_dir() / relative
+    if not path.exists():
+        pytest.fail('data file not found: {} (set GA_DATA_DIR to the data folder; see '
+                    'docs/data.md)'.format(path), pytrace=False)
+    return path
 
 
 def pytest_configure(config):

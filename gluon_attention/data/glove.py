@@ -7,8 +7,12 @@ import mxnet as mx
 import numpy as onp
 
 from .. import _checks
+from .._resources import missing_file
 
-__all__ = ['read_glove', 'load_glove_embedding']
+__all__ = ['GLOVE_URL', 'read_glove', 'load_glove_embedding']
+
+#: Where the official GloVe vectors are published.
+GLOVE_URL = 'https://nlp.stanford.edu/projects/glove/'
 
 
 def read_glove(path):
@@ -26,7 +30,7 @@ def read_glove(path):
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
-        _checks.fail('expected an existing GloVe text file', path=path)
+        missing_file(path, 'GloVe', GLOVE_URL)
     opener = gzip.open if path.endswith('.gz') else open
     vectors, dim = {}, None
     with opener(path, 'rt', encoding='utf-8') as handle:

@@ -23,12 +23,14 @@ from pathlib import Path
 import numpy as onp
 
 from .._checks import check_positive_int, fail, fail_type
-from .._resources import resource_path
+from .._resources import data_file, data_folder, missing_file
+from .glove import GLOVE_URL
 
 __all__ = ['LABELS', 'PAD', 'UNK', 'NLIPairs', 'tokenize', 'normalize_text', 'read_snli_jsonl',
            'read_snli_lines', 'read_snli', 'concat_pairs', 'remove_overlap', 'Vocab',
            'encode_pairs', 'pad_batch', 'bucket_batches', 'Batch', 'iter_batches',
-           'classification_metrics', 'resource_path', 'default_paths']
+           'classification_metrics', 'SNLI_URL', 'DEFAULT_FILES', 'default_path',
+           'default_paths']
 
 LABELS = ('entailment', 'contradiction', 'neutral')
 PAD = '<pad>'
@@ -157,6 +159,8 @@ def read_snli_lines(prefix):
     """
     paths = _line_files(prefix)
     missing = [str(p) for p in paths if not p.is_file()]
+    if len(missing) == len(paths):
+        missing_file(paths[0], 'SNLI', SNLI_URL)
     if missing:
         fail('the line format needs s1.X, s2.X and labels.X in one folder', missing=missing)
     columns = []
@@ -392,26 +396,61 @@ def classification_metrics(labels, predictions, baseline_label=None, names=LABEL
                                   'accuracy': float(onp.mean(labels == baseline_label)) if labels.size else 0.0}}
 
 
-def default_paths():
-    """The data the default ``train_nli.py`` run uses (package data).
+#: Where the official SNLI corpus is published.
+SNLI_URL = 'https://nlp.stanford.edu/projects/snli/'
+#: The default run's files, inside the data folder (see docs/data.md).
+DEFAULT_FILES = {
+    'train': 'snli/esnli_infersent_format/dev',
+    'valid': ('snli/jsonl/snli_1.0_dev_subsetA_1289.jsonl',
+              'snli/jsonl/snli_1.0_dev_subsetB_1277.jsonl'),
+    'glove': 'embeddings/glove.6B.100d.sample.txt.gz',
+}
+
+
+def default_path(kind, data_dir=None):
+    """A file (or line-format prefix) the default ``train_nli.py`` run reads, in the data folder,
+    checked to exist.
+
+    Parameters
+    ----------
+    kind : {'train', 'valid', 'glove'}
+        ``train``: the e-SNLI line-format dev prefix (``s1.dev``, ``s2.dev``, ``labels.dev``);
+        ``valid``: the two SNLI 1.0 jsonl subsets; ``glove``: the 100-d GloVe sample (first 100
+        words of glove.6B.100d).
+    data_dir : str or os.PathLike, optional
+        The data folder; None: ``GA_DATA_DIR``, else ``../shared/data`` from the repository root
+        (:func:`gluon_attention._resources.data_folder`).
 
     Returns
     -------
-    dict
-        ``train``: the e-SNLI line-format dev prefix; ``valid``: the two SNLI 1.0 jsonl subsets;
-        ``glove``: the 100-d GloVe sample (first 100 words of glove.6B.100d).
+    pathlib.Path, or a list of two for ``valid``
+
+    Raises
+    ------
+    ValueError
+        For another ``kind``; one line naming the first file not found and where its data set is
+        published; no data folder (an installed package without ``data_dir`` or ``GA_DATA_DIR``).
     """
-    snli = resource_path('snli')
-    return {'train': snli / 'dev',
-            'valid': [snli / 'snli_1.0_dev_subsetA_1289.jsonl',
-                      snli / 'snli_1.0_dev_subsetB_1277.jsonl'],
-            'glove': resource_path('embeddings', 'glove.6B.100d.sample.txt.gz')}
+    if kind not in DEFAULT_FILES:
+        fail('kind must be one of {}'.format(', '.join(map(repr, DEFAULT_FILES))), kind=kind)
+    if kind == 'glove':
+        return data_file(DEFAULT_FILES['glove'], 'GloVe', GLOVE_URL, data_dir)
+    if kind == 'valid':
+        return [data_file(name, 'SNLI', SNLI_URL, data_dir) for name in DEFAULT_FILES['valid']]
+    for relative in _line_files(DEFAULT_FILES['train']):
+        data_file(relative, 'SNLI', SNLI_URL, data_dir)
+    return data_folder(data_dir)[0] / DEFAULT_FILES['train']
+
+
+def default_paths(data_dir=None):
+    """``{kind: default_path(kind, data_dir)}`` for the three kinds of :func:`default_path`."""
+    return {kind: default_path(kind, data_dir) for kind in DEFAULT_FILES}
 
 
 def _open_text(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
-        fail('expected an existing file', path=path)
+        missing_file(path, 'SNLI', SNLI_URL)
     if path.endswith('.gz'):
         return gzip.open(path, 'rt', encoding='utf-8')
     return open(path, encoding='utf-8')

@@ -1,4 +1,4 @@
-"""SQuAD 1.1 / 2.0 data (Rajpurkar et al. 2016, 2018): the shipped files, reading, features.
+"""SQuAD 1.1 / 2.0 data (Rajpurkar et al. 2016, 2018): the named files, reading, features.
 
 Reading lives here; tokenisation, chunked features and batching in ``squad_features``, the
 official metric in ``squad_metric`` and span decoding in ``squad_decode``. This module re-exports
@@ -11,39 +11,49 @@ import json
 from pathlib import Path
 
 from .._checks import fail
-from .._resources import resource_path
+from .._resources import data_file, missing_file
 from .squad_decode import best_span, decode_predictions, is_blank_input, span_candidates
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
                              default_model_dir, length_sorted_batches, load_tokenizer)
 from .squad_metric import (SWEEP_RULES, exact_match, f1_score, gold_answers, normalize_answer,
                            squad_evaluate, sweep_null_threshold)
 
-__all__ = ['SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad', 'default_model_dir',
-           'load_tokenizer', 'SquadFeature', 'is_blank_input', 'convert_examples_to_features',
-           'batchify',
+__all__ = ['SQUAD_URL', 'SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad',
+           'default_model_dir', 'load_tokenizer', 'SquadFeature', 'is_blank_input',
+           'convert_examples_to_features', 'batchify',
            'length_sorted_batches',
            'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
            'sweep_null_threshold',
            'squad_evaluate', 'best_span', 'span_candidates', 'decode_predictions']
 
-_RESOURCES = resource_path('squad')
+#: Where the official SQuAD data sets are published.
+SQUAD_URL = 'https://rajpurkar.github.io/SQuAD-explorer/'
 
-#: Short names of the SQuAD files shipped as package data (see resources/squad/README.md).
+#: Named SQuAD files -> their paths inside the data folder (see docs/data.md).
 SQUAD_FILES = {
-    'haystack-small': 'dev-v2.0-first2articles.haystack-small.json',
-    'cs224n-16articles': 'dev-v2.0-cs224n-16articles.json',
-    'v1.1-24articles': 'dev-v1.1-24articles.bloomsbury.json',
+    'haystack-small': 'squad/v2.0/dev-v2.0-first2articles.haystack-small.json',
+    'cs224n-16articles': 'squad/v2.0/dev-v2.0-cs224n-16articles.json',
+    'v1.1-24articles': 'squad/v1.1/dev-v1.1-24articles.bloomsbury.json',
+    'v1.1-super-bowl-50': 'squad/v1.1/dev-v1.1-Super_Bowl_50.derived.json',
+    'v1.1-train': 'squad/v1.1/train-v1.1.explorer.derived.json',
+    'v1.1-dev': 'squad/v1.1/dev-v1.1.explorer.derived.json',
+    'v2.0-dev': 'squad/v2.0/dev-v2.0-35articles.xlsx.derived.json',
+    'v2.0-train-10articles': 'squad/v2.0/train-v2.0-first10articles.phongntdo.json',
 }
 
 
-def default_data_path(name):
-    """Path of a SQuAD file shipped inside the package.
+def default_data_path(name, data_dir=None):
+    """Path of a named SQuAD file in the data folder, checked to exist.
 
     Parameters
     ----------
     name : str
-        A short name from :data:`SQUAD_FILES` ('haystack-small', 'cs224n-16articles',
-        'v1.1-24articles') or the file name itself.
+        A name from :data:`SQUAD_FILES` ('haystack-small', 'cs224n-16articles',
+        'v1.1-24articles', 'v1.1-super-bowl-50', 'v1.1-train', 'v1.1-dev', 'v2.0-dev',
+        'v2.0-train-10articles') or its file name.
+    data_dir : str or os.PathLike, optional
+        The data folder; None: ``GA_DATA_DIR``, else ``../shared/data`` from the repository root
+        (:func:`gluon_attention._resources.data_folder`).
 
     Returns
     -------
@@ -52,12 +62,14 @@ def default_data_path(name):
     Raises
     ------
     ValueError
-        When ``name`` is not one of the shipped files.
+        When ``name`` is not a named file; when the file is not in the data folder (one line
+        naming the path looked for and where SQuAD is published); when there is no data folder.
     """
-    file_name = SQUAD_FILES.get(name, name)
-    if file_name not in SQUAD_FILES.values():
+    by_file = {Path(relative).name: relative for relative in SQUAD_FILES.values()}
+    relative = SQUAD_FILES.get(name) or by_file.get(name)
+    if relative is None:
         fail('name must be one of {}'.format(', '.join(repr(k) for k in SQUAD_FILES)), name=name)
-    return _RESOURCES / file_name
+    return data_file(relative, 'SQuAD', SQUAD_URL, data_dir)
 
 
 @dataclasses.dataclass
@@ -119,6 +131,8 @@ def _parse_question(qa, title, context, where, require_answers=True):
 
 
 def _load_json(path):
+    if not Path(path).exists():
+        missing_file(path, 'SQuAD', SQUAD_URL)
     try:
         with open(path, encoding='utf-8') as stream:
             return json.load(stream)

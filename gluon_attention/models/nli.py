@@ -211,7 +211,7 @@ class DecomposableAttention(CheckedBlock):
     vocab_size : int
         Number of token ids (the embedding has ``vocab_size`` rows).
     embed_size : int
-        Embedding size C (100 matches the shipped GloVe sample).
+        Embedding size C (100 matches the GloVe sample of the data folder).
     num_hiddens : int
         Width H of f, g and h.
     num_classes : int

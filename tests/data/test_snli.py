@@ -1,64 +1,70 @@
 """SNLI readers (both formats), vocabulary, batching, metrics and GloVe (gluon_attention.data).
 
-The real data files are checked against the counts of the shared data folder's README (skipped
-when that folder is absent); the rest uses small hand-made inputs with known answers.
+The real data files of the data folder (conftest.data_file: a missing file fails the test) are
+checked against their published sha256 and counts (docs/data.md); the rest uses small hand-made
+inputs with known answers.
 """
 import gzip
 import hashlib
-from pathlib import Path
 
 import numpy as onp
 import pytest
+from conftest import data_dir, data_file
 from mxnet.gluon import nn
 
 from gluon_attention.data import snli
 from gluon_attention.data.glove import load_glove_embedding, read_glove
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / 'shared' / 'data'
-JSONL_A = SHARED / 'snli' / 'jsonl' / 'snli_1.0_dev_subsetA_1289.jsonl'
-JSONL_B = SHARED / 'snli' / 'jsonl' / 'snli_1.0_dev_subsetB_1277.jsonl'
-LINES = SHARED / 'snli' / 'esnli_infersent_format'
-GLOVE = SHARED / 'embeddings'
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason='shared data folder not present')
+JSONL_A = 'snli/jsonl/snli_1.0_dev_subsetA_1289.jsonl'
+JSONL_B = 'snli/jsonl/snli_1.0_dev_subsetB_1277.jsonl'
+LINES = 'snli/esnli_infersent_format'
+GLOVE = 'embeddings/glove.6B.100d.sample.txt.gz'
+#: sha256 of the default run's files (docs/data.md).
+SHA256 = {
+    LINES + '/s1.dev': '28a398b5478b10b4b851d4bb5b2e5767171519add6586015ed50b9436df11d00',
+    LINES + '/s2.dev': 'a8c59709630b64ba103f7784c0cb7104a6baf23234562487264d9634714f5d2b',
+    LINES + '/labels.dev': 'd164d72435c3289fe53cb01e983f7c06e104bf192c0cae9caf2e99bf2e15f974',
+    JSONL_A: 'd28f65fc66b8943787b53ff1db0a8e69a9ca86ebafd1a140c741323402f3cf34',
+    JSONL_B: '032b2d5720d402c7c521fb92363ba0d435839ad1bb822308ddec5b247be0482e',
+    GLOVE: '156a9262a32df5a06156f0a4ee6e99730ec8c30142b223ede686bf283c8d07aa',
+}
 
 
-@needs_shared
 def test_jsonl_reader_counts_and_skips_dash():
-    a, b = snli.read_snli(JSONL_A), snli.read_snli(JSONL_B)
+    a, b = snli.read_snli(data_file(JSONL_A)), snli.read_snli(data_file(JSONL_B))
     assert (len(a), a.num_skipped) == (1273, 16)
     assert a.label_counts() == {'entailment': 433, 'neutral': 421, 'contradiction': 419}
     assert (len(b), b.num_skipped) == (1254, 23)
     assert b.label_counts() == {'entailment': 405, 'neutral': 429, 'contradiction': 420}
-    assert not JSONL_A.read_bytes().endswith(b'\n')          # the last line has no newline
+    assert not data_file(JSONL_A).read_bytes().endswith(b'\n')   # the last line has no newline
 
 
-@needs_shared
 def test_line_format_reader_counts_and_prefix_forms():
-    pairs = snli.read_snli(LINES / 'dev')
+    lines = data_file(LINES)
+    pairs = snli.read_snli(lines / 'dev')
     assert len(pairs) == 9842 and pairs.num_skipped == 0
     assert pairs.label_counts() == {'entailment': 3329, 'contradiction': 3278, 'neutral': 3235}
-    same = snli.read_snli(LINES / 's1.dev')
+    same = snli.read_snli(lines / 's1.dev')
     assert same.premises == pairs.premises and same.labels == pairs.labels
-    with pytest.raises(ValueError, match='Received: missing='):
-        snli.read_snli(LINES / 'test')
+    with pytest.raises(ValueError, match=r'SNLI file not found: expected .*s1\.test.*'
+                                         r'https://nlp\.stanford\.edu/projects/snli/'):
+        snli.read_snli(lines / 'test')
 
 
-@needs_shared
 def test_default_split_removes_exactly_the_validation_pairs():
-    valid = snli.concat_pairs([snli.read_snli(JSONL_A), snli.read_snli(JSONL_B)])
-    train, removed = snli.remove_overlap(snli.read_snli(LINES / 'dev'), valid)
+    valid = snli.concat_pairs([snli.read_snli(data_file(JSONL_A)),
+                               snli.read_snli(data_file(JSONL_B))])
+    train, removed = snli.remove_overlap(snli.read_snli(data_file(LINES) / 'dev'), valid)
     assert (len(valid), valid.num_skipped, removed, len(train)) == (2527, 39, 2527, 7315)
 
 
-@needs_shared
-def test_packaged_resources_are_the_shared_originals():
-    paths = snli.default_paths()
-    for path in [paths['glove'], *paths['valid']] + [paths['train'].parent / (k + '.dev') for k in ('s1', 's2', 'labels')]:
-        origin = (LINES if path.name.endswith('.dev') else
-                  GLOVE if path.name.startswith('glove') else JSONL_A.parent) / path.name
-        assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(origin.read_bytes()).digest()
-    assert (paths['train'].parent / 'README.md').is_file()
+def test_default_paths_are_the_published_copies_in_the_data_folder():
+    paths = snli.default_paths(data_dir())
+    assert paths['train'] == data_dir() / LINES / 'dev'
+    assert paths['valid'] == [data_dir() / JSONL_A, data_dir() / JSONL_B]
+    assert paths['glove'] == data_dir() / GLOVE
+    for relative, digest in SHA256.items():
+        assert hashlib.sha256(data_file(relative).read_bytes()).hexdigest() == digest, relative
 
 
 def test_tokenize_and_normalize_agree_across_formats():
@@ -92,16 +98,15 @@ def test_classification_metrics_by_hand():
     assert m['majority_baseline'] == {'label': 'entailment', 'accuracy': pytest.approx(2 / 6)}
 
 
-@needs_shared
 def test_glove_plain_and_gz_agree_and_fill_the_embedding():
-    plain = read_glove(GLOVE / 'glove.6B.100d.sample.derived.txt')
-    packed = read_glove(GLOVE / 'glove.6B.100d.sample.txt.gz')
+    plain = read_glove(data_file('embeddings/glove.6B.100d.sample.derived.txt'))
+    packed = read_glove(data_file(GLOVE))
     assert len(plain) == len(packed) == 100 and list(plain)[:3] == ['the', ',', '.']
     assert all((plain[w] == packed[w]).all() and plain[w].shape == (100,) for w in plain)
     embedding = nn.Embedding(4, 100)
     embedding.initialize()
     before = embedding.weight.data().asnumpy()
-    report = load_glove_embedding(embedding, GLOVE / 'glove.6B.100d.sample.txt.gz',
+    report = load_glove_embedding(embedding, data_file(GLOVE),
                                   ['<pad>', '<unk>', 'the', 'zyzzyva'], {'the': 3, 'zyzzyva': 1})
     after = embedding.weight.data().asnumpy()
     assert (report['found'], report['coverage'], report['token_coverage']) == (1, 0.25, 0.75)
@@ -110,7 +115,7 @@ def test_glove_plain_and_gz_agree_and_fill_the_embedding():
     with pytest.raises(ValueError, match=r'Received: weight.shape=\(4, 7\)'):
         small = nn.Embedding(4, 7)
         small.initialize()
-        load_glove_embedding(small, GLOVE / 'glove.6B.100d.sample.txt.gz', ['<pad>', '<unk>', 'a', 'b'])
+        load_glove_embedding(small, data_file(GLOVE), ['<pad>', '<unk>', 'a', 'b'])
 
 
 def test_glove_ragged_line_raises(tmp_path):

@@ -3,11 +3,11 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 import shutil
 
 import numpy as onp
 import pytest
+from conftest import data_dir, squad_file
 
 from gluon_attention.data import squad
 from gluon_attention.data.squad import (SquadExample, batchify, best_span, sweep_null_threshold,
@@ -26,7 +26,7 @@ def tokenizer():
 @pytest.fixture(scope='module')
 def small():
     """The 626 evaluation questions (Normans, Computational_complexity_theory)."""
-    return read_squad(default_data_path('haystack-small'))
+    return read_squad(squad_file('haystack-small'))
 
 
 @pytest.fixture(scope='module')
@@ -37,13 +37,28 @@ def small_features(small, tokenizer):
 
 
 # ------------------------------------------------------------------------------------- reading
+#: sha256 of the named files (docs/data.md): the data folder holds exactly the published copies.
+SHA256 = {
+    'haystack-small': 'dfed6c7aefe89fdcb8ed63b98dc742a0acf3565d92f97c61efaa077012b0fe68',
+    'cs224n-16articles': 'e67e5969b6dc6c1642154740806b79263b77fc048c7c11ee60d534eb48ef81e8',
+    'v1.1-24articles': 'bf8ebb60a161d0594f455be869ff3a476d2fe07da92ab1ecb0dea41f50ea64f3',
+    'v1.1-super-bowl-50': 'c9d44b5664061b4fa1fe6413a469c032e44a3ed44bee19d51656b6727268bd0f',
+    'v1.1-train': '578d15e7aebee3bd6678d7847d495942924dc71a5012b2bc9bae670d67e48a92',
+    'v1.1-dev': '20f4e8383814fb2f91bab4d13def05345a3587c6c80661a4b3613d1b0f207830',
+    'v2.0-dev': '99980fc274fa5095b9f5bf0e8d76501c91a919846799fb441366c88adafd04ad',
+    'v2.0-train-10articles': '53e67dd96e8597a8ef600e795d54d3fdef18486d42721884d38d652e2a2638cb',
+}
+
+
 @pytest.mark.parametrize('name, total, impossible, articles', [
     ('haystack-small', 626, 333, 2),
     ('cs224n-16articles', 6078, 3168, 16),
     ('v1.1-24articles', 4961, 0, 24),
+    ('v1.1-super-bowl-50', 810, 0, 1),
+    ('v2.0-train-10articles', 4719, 348, 10),
 ])
-def test_read_shipped_files(name, total, impossible, articles):
-    examples = read_squad(default_data_path(name))
+def test_read_named_files(name, total, impossible, articles):
+    examples = read_squad(squad_file(name))
     assert len(examples) == total
     assert sum(e.is_impossible for e in examples) == impossible
     assert len({e.title for e in examples}) == articles
@@ -53,16 +68,17 @@ def test_read_shipped_files(name, total, impossible, articles):
             assert e.context[start:start + len(text)] == text
 
 
-def test_shipped_files_match_readme_hashes():
-    readme = (default_data_path('haystack-small').parent / 'README.md').read_text()
-    for short, file_name in squad.SQUAD_FILES.items():
-        digest = hashlib.sha256(default_data_path(short).read_bytes()).hexdigest()
-        assert re.search(r'`{}`.*`{}`'.format(re.escape(file_name), digest), readme), file_name
-        assert default_data_path(file_name) == default_data_path(short)
+def test_named_files_are_the_published_copies():
+    assert set(SHA256) == set(squad.SQUAD_FILES)
+    for name, relative in squad.SQUAD_FILES.items():
+        path = squad_file(name)
+        assert path == data_dir() / relative
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == SHA256[name], name
+        assert default_data_path(path.name, data_dir()) == path       # the file name works too
 
 
 def test_title_filters_split_train_and_eval(small):
-    path = default_data_path('cs224n-16articles')
+    path = squad_file('cs224n-16articles')
     eval_titles = ['Normans', 'Computational_complexity_theory']
     train = read_squad(path, exclude_titles=eval_titles)
     held_out = read_squad(path, titles=eval_titles)
@@ -85,7 +101,8 @@ def _squad_json(**qa_changes):
 
 
 @pytest.mark.parametrize('content, message', [
-    (None, r"expected a readable SQuAD JSON file\. Received: path='.*missing\.json'"),
+    (None, r"SQuAD file not found: expected .*missing\.json; .*The official SQuAD is published "
+           r"at https://rajpurkar\.github\.io/SQuAD-explorer/\. Received: path='.*missing\.json'"),
     ('{"data": [', r'bad\.json: expected valid JSON\. Received: error='),
     ({'version': '2.0'}, r"bad\.json: expected a key 'data'\. Received: keys=\['version'\]"),
     ({'data': [{'title': 'T', 'paragraphs': [{'qas': []}]}]},
@@ -429,7 +446,7 @@ def test_squad_evaluate_on_real_files(small):
     all_null = squad_evaluate(small, {e.qas_id: '' for e in small})
     assert all_null['exact'] == all_null['f1'] == pytest.approx(100 * 333 / 626)  # 53.19
     assert all_null['HasAns_f1'] == 0.0 and all_null['NoAns_exact'] == 100.0
-    v11 = read_squad(default_data_path('v1.1-24articles'))
+    v11 = read_squad(squad_file('v1.1-24articles'))
     result = squad_evaluate(v11, {e.qas_id: gold_answers(e)[-1] for e in v11})
     assert result['exact'] == result['HasAns_f1'] == 100.0 and result['total'] == 4961
     assert 'NoAns_total' not in result

@@ -437,7 +437,7 @@ BAD = [
      lambda: squad.read_squad(_file('imp.json', _squad_json(0, impossible=True))), ValueError,
      ['is_impossible=True']),
     ('default_data_path-unknown-name', lambda: squad.default_data_path('nope'), ValueError,
-     ["'nope'"]),
+     ["'nope'", "'haystack-small'", "'v2.0-dev'"]),
     ('batchify-no-features', lambda: squad.batchify([]), ValueError, ['num_features=0']),
     ('read_snli_jsonl-unknown-label', lambda: snli.read_snli_jsonl(_file('l.jsonl', json.dumps(
         {'gold_label': 'maybe', 'sentence1': 'a', 'sentence2': 'b'}) + '\n')), ValueError,

@@ -2,9 +2,8 @@
 (the repository's parent folder, the temporary folder, the home folder, a side virtual
 environment) and no words about how the work was organised (source documents, their row ids).
 
-System paths (``/proc``, ``/dev``, ``/usr/bin/env``) are fine. Shipped data sets (the files under
-``gluon_attention/resources`` other than their README notes) are natural text and only checked for
-paths.
+System paths (``/proc``, ``/dev``, ``/usr/bin/env``) are fine. The package holds code only: data
+sets are read from the data folder (docs/data.md), never shipped.
 """
 import os
 import re
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = 'gluon_attention/resources/'
+#: What a tracked file of the package may be: Python, the C++ kernel sources.
+PACKAGE_SUFFIXES = {'.py', '.cc', '.h', '.inc'}
 
 # Words about how the work was organised rather than about the code. Each pattern is written
 # (character classes, escapes) so that it does not match its own line.
@@ -48,13 +48,11 @@ def _machine_paths():
     return sorted(f.rstrip('/') + '/' for f in folders if f.rstrip('/') not in ('', '/'))
 
 
-def _offences(patterns, skip_data):
+def _offences(patterns):
     """'path:line: text' for every line of a tracked text file matching one of ``patterns``."""
     regex = re.compile('|'.join('(?:{})'.format(p) for p in patterns))
     found = []
     for path in _tracked():
-        if skip_data and path.startswith(DATA) and not path.endswith('.md'):
-            continue
         text = _text(path)
         if text is None:
             continue
@@ -73,11 +71,20 @@ def tracked():
 
 def test_no_absolute_paths_of_this_machine(tracked):
     paths = [re.escape(p) for p in _machine_paths()]
-    offences = _offences(paths, skip_data=False)
+    offences = _offences(paths)
     assert not offences, 'machine paths in tracked files:\n' + '\n'.join(offences)
 
 
 def test_no_process_words(tracked):
-    offences = _offences(PROCESS_WORDS, skip_data=True)
+    offences = _offences(PROCESS_WORDS)
     assert not offences, 'process words in tracked files:\n' + '\n'.join(offences)
+
+
+def test_the_package_ships_no_data(tracked):
+    """No data set inside the package or its wheel: the jobs read the data folder."""
+    data = [p for p in tracked if p.startswith('gluon_attention/')
+            and Path(p).suffix not in PACKAGE_SUFFIXES]
+    assert not data, 'files other than code under gluon_attention/: {}'.format(data)
+    setup = (REPO / 'setup.py').read_text(encoding='utf-8')
+    assert 'resources' not in setup
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import data_file
 
 from gluon_attention.data import snli
 from gluon_attention.tasks.engine import checkpoints, common
@@ -21,7 +22,6 @@ from gluon_attention.tasks.nli.config import NLIConfig
 from gluon_attention.tasks.nli.model import INPUT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGED = ROOT / 'gluon_attention' / 'resources' / 'snli'
 TINY = ['--threads', '1', '--no-progress', '--max-train', '160', '--epochs', '2', '--max-steps',
         '3', '--batch-size', '16', '--num-hiddens', '8', '--seed', '7']
 
@@ -45,8 +45,8 @@ def _without_run_specifics(metrics):
 
 
 def _small_valid(tmp_path, count=40):
-    """The first ``count`` lines of a packaged jsonl subset, as a validation file."""
-    lines = (PACKAGED / 'snli_1.0_dev_subsetA_1289.jsonl').read_text(encoding='utf-8')
+    """The first ``count`` lines of a jsonl subset of the data folder, as a validation file."""
+    lines = data_file('snli/jsonl/snli_1.0_dev_subsetA_1289.jsonl').read_text(encoding='utf-8')
     path = tmp_path / 'small.jsonl'
     path.write_text('\n'.join(lines.splitlines()[:count]), encoding='utf-8')
     return str(path)
@@ -68,7 +68,7 @@ def test_help_names_every_command_and_train_is_the_default(script, capsys):
 @pytest.mark.parametrize('command, options', [
     ('evaluate', {'output_dir', 'ctx', 'threads', 'output'}),
     ('predict', {'output_dir', 'ctx', 'threads'}),
-    ('plot-attention', {'output_dir', 'ctx', 'threads', 'valid'})])
+    ('plot-attention', {'output_dir', 'ctx', 'threads', 'valid', 'data_dir'})])
 def test_commands_that_use_a_trained_model_take_only_the_options_they_read(script, command,
                                                                           options):
     flags = {a.dest for a in _subparser(script, command)._actions if a.option_strings}
@@ -153,7 +153,8 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
     folder = tmp_path / 'lines'
     folder.mkdir()
     for kind in ('s1', 's2', 'labels'):
-        rows = (PACKAGED / (kind + '.dev')).read_text(encoding='utf-8').splitlines()[:30]
+        rows = data_file('snli/esnli_infersent_format/' + kind + '.dev').read_text(
+            encoding='utf-8').splitlines()[:30]
         (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
     common_args = ['--threads', '1', '--output-dir', str(out)]
     evaluated = script.main(['evaluate', str(folder / 'tiny')] + common_args)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import mxnet as mx
 
+from conftest import squad_file
 from gluon_attention._resources import default_model_dir
-from gluon_attention.data import squad
 from gluon_attention.models.checkpoint import write_checkpoint
 from gluon_attention.models.encoder import BertEncoder
 
@@ -38,8 +38,8 @@ def make_tiny_bert(folder, seed=0, num_layers=1):
 
 def make_train_file(path, paragraphs=3):
     """A SQuAD 2.0 file with the first ``paragraphs`` paragraphs of two training articles of
-    the shipped CS224N file: Steam_engine (training) and Huguenot (held out)."""
-    raw = json.loads(squad.default_data_path('cs224n-16articles').read_text(encoding='utf-8'))
+    the CS224N file of the data folder: Steam_engine (training) and Huguenot (held out)."""
+    raw = json.loads(squad_file('cs224n-16articles').read_text(encoding='utf-8'))
     keep = [dict(a, paragraphs=a['paragraphs'][:paragraphs]) for a in raw['data']
             if a['title'] in ('Steam_engine', 'Huguenot')]
     Path(path).write_text(json.dumps({'version': 'v2.0', 'data': keep}), encoding='utf-8')

@@ -10,6 +10,7 @@ import pytest
 from mxnet import np
 
 import gluon_attention as ga
+from conftest import squad_file
 from gluon_attention.data import squad
 
 pytest.importorskip('onnx', reason='ONNX export needs onnx 1.17 (pip install .[onnx])')
@@ -28,7 +29,7 @@ DECODE = dict(n_best_size=5, max_answer_length=30, null_score_diff_threshold=5.0
 def qa_run(tmp_path_factory):
     """(examples, features, MXNet outputs per feature, onnx path)."""
     tokenizer = squad.load_tokenizer()
-    examples = squad.read_squad(squad.default_data_path('haystack-small'))[:6]
+    examples = squad.read_squad(squad_file('haystack-small'))[:6]
     features = squad.convert_examples_to_features(examples, tokenizer, max_seq_length=64,
                                                   doc_stride=32, max_query_length=16,
                                                   is_training=False)

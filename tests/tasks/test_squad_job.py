@@ -10,6 +10,7 @@ import shutil
 import numpy as onp
 import pytest
 
+from conftest import squad_file
 from gluon_attention.data import squad
 from gluon_attention.models.checkpoint import _bert_name_map, read_checkpoint
 from gluon_attention.tasks.squad.config import TrainConfig
@@ -80,7 +81,7 @@ def test_model_folder_reloads_in_fresh_process_with_identical_predictions(tiny, 
 
 
 def test_predict_file_without_answers_and_one_question(tiny, tmp_path, capsys):
-    raw = json.loads(squad.default_data_path('haystack-small').read_text(encoding='utf-8'))
+    raw = json.loads(squad_file('haystack-small').read_text(encoding='utf-8'))
     paragraph = raw['data'][0]['paragraphs'][0]
     bare = {'data': [{'paragraphs': [{'context': paragraph['context'], 'qas': [
         {'id': qa['id'], 'question': qa['question']} for qa in paragraph['qas']]}]}]}
@@ -179,7 +180,7 @@ def test_version_1_reports_squad_1_keys_and_never_predicts_empty(tiny, tmp_path)
     assert {'exact', 'f1', 'total'} <= set(metrics)
     assert not {k for k in metrics if 'HasAns' in k or 'NoAns' in k or 'best' in k
                 or 'null' in k}
-    gold = [e for e in squad.read_squad(str(squad.default_data_path('haystack-small')))
+    gold = [e for e in squad.read_squad(str(squad_file('haystack-small')))
             if e.answers][:12]
     assert metrics['total'] == 12
     predictions, nbest = read_json(tmp_path / 'predictions.json'), read_json(

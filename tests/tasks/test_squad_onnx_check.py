@@ -12,6 +12,7 @@ import sys
 import numpy as onp
 import pytest
 
+from conftest import squad_file
 from gluon_attention.data import squad
 from gluon_attention.tasks.engine.config import add_arguments, from_args
 from gluon_attention.tasks.squad.config import TrainConfig
@@ -69,7 +70,7 @@ def test_train_run_answers_in_onnx_runtime_as_in_mxnet(inputs, onnx_run):
 
 def _eval_features(model_dir):
     """The tiny run's 12 evaluation questions and their features (T=96, queries of 16)."""
-    examples = squad.read_squad(squad.default_data_path('haystack-small'))[:12]
+    examples = squad.read_squad(squad_file('haystack-small'))[:12]
     return examples, eval_features(examples, squad.load_tokenizer(model_dir), 96, 16)
 
 

@@ -45,7 +45,7 @@ TOP_N = 5          # start_top_n = end_top_n = 5, the job's defaults
 
 
 def eval_batches(max_questions=0, batch_size=32, max_seq_length=384, max_query_length=32,
-                 model_dir=None):
+                 model_dir=None, data_dir=None):
     """The evaluation batches of the SQuAD job's default evaluation.
 
     Parameters
@@ -56,6 +56,9 @@ def eval_batches(max_questions=0, batch_size=32, max_seq_length=384, max_query_l
         The job's ``--eval-batch-size``, ``--eval-max-seq-length``, ``--max-query-length``.
     model_dir : str, optional
         Folder holding the tokenizer (default: the embedded pretrained encoder).
+    data_dir : str, optional
+        The data folder holding ``haystack-small`` (default: ``GA_DATA_DIR``, else
+        ``../shared/data`` from the repository root).
 
     Returns
     -------
@@ -64,7 +67,7 @@ def eval_batches(max_questions=0, batch_size=32, max_seq_length=384, max_query_l
         ``input_ids``, ``token_types`` int32 (B, T), ``valid_length`` int32 (B,), ``p_mask``
         float32 (B, T) (the other keys of ``squad.batchify`` dropped).
     """
-    examples = squad.read_squad(squad.default_data_path(EVAL_FILE))
+    examples = squad.read_squad(squad.default_data_path(EVAL_FILE, data_dir))
     examples = examples[:max_questions] if max_questions else examples
     tokenizer = squad.load_tokenizer(model_dir or default_model_dir())
     features = eval_features(examples, tokenizer, max_seq_length, max_query_length)
@@ -231,16 +234,18 @@ def _qa_timers(folder, batches, threads, torch_python, peer_script, model_dir):
 
 
 def qa_inference_rows(peer_script, threads, torch_python=None, rounds=2, warmup=1,
-                      max_questions=0, max_seq_length=384, batch_size=32, model_dir=None):
+                      max_questions=0, max_seq_length=384, batch_size=32, model_dir=None,
+                      data_dir=None):
     """Rows of the ``qa_inference`` configuration (see the module docstring).
 
     ``peer_script`` is the path of ``scripts/bench_qa_torch_peer.py``; ``torch_python`` an
     interpreter with torch and transformers (None: no torch row); without onnxruntime (the
-    ``[onnx]`` extra) there is no ONNX Runtime row. ``max_questions`` 0 takes all the questions.
+    ``[onnx]`` extra) there is no ONNX Runtime row. ``max_questions`` 0 takes all the questions;
+    ``data_dir`` is the data folder (as :func:`eval_batches`).
     """
     model_dir = str(model_dir or default_model_dir())
     questions, batches = eval_batches(max_questions, batch_size, max_seq_length,
-                                      model_dir=model_dir)
+                                      model_dir=model_dir, data_dir=data_dir)
     with tempfile.TemporaryDirectory(prefix='ga-bench-qa') as folder:
         timers, peer = _qa_timers(folder, batches, threads, torch_python, peer_script,
                                   model_dir)

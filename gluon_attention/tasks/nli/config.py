@@ -1,8 +1,8 @@
 """The options of the NLI job (``scripts/train_nli.py``), declared once with defaults and help.
 
 ``--help`` and ``<output-dir>/run_config.json`` are generated from :class:`NLIConfig`. Every option
-but where and how the run goes (``output_dir``, ``ctx``, ``kvstore``, ``threads``, ``progress``)
-is a recipe option (:func:`~gluon_attention.tasks.engine.config.recipe_option`): it shapes the
+but where and how the run goes (``data_dir``, ``output_dir``, ``ctx``, ``kvstore``, ``threads``,
+``progress``) is a recipe option (:func:`~gluon_attention.tasks.engine.config.recipe_option`): it shapes the
 trained model, and a checkpoint only resumes a run whose recipe options are all equal.
 """
 import dataclasses
@@ -18,14 +18,18 @@ __all__ = ['NLIConfig', 'check_config']
 @dataclasses.dataclass
 class NLIConfig:
     """Decomposable attention on SNLI: data, model sizes, optimisation and where to run."""
+    data_dir: str = option('', "the data folder of the default files ('': $GA_DATA_DIR, else "
+                           '../shared/data from the repository root; see docs/data.md)')
     train: str = recipe_option(
         '', "training pairs: a .jsonl(.gz) file or a one-sentence-per-line prefix such as "
-            ".../esnli_infersent_format/dev ('': the packaged e-SNLI dev pairs)")
+            ".../esnli_infersent_format/dev ('': the e-SNLI dev pairs of the data folder, "
+            'snli/esnli_infersent_format/dev)')
     valid: str = recipe_option(
-        '', "validation files, comma-separated ('': the two packaged SNLI jsonl subsets); their "
-            'pairs are removed from the training pairs')
+        '', "validation files, comma-separated ('': the two SNLI jsonl subsets of the data "
+            'folder, snli/jsonl/); their pairs are removed from the training pairs')
     glove: str = recipe_option(
-        'none', "GloVe text file (.txt or .gz), 'sample' (the packaged 100-word sample) or 'none'")
+        'none', "GloVe text file (.txt or .gz), 'sample' (the 100-word sample of the data "
+                "folder, embeddings/glove.6B.100d.sample.txt.gz) or 'none'")
     min_count: int = recipe_option(
         1, 'a training token enters the vocabulary this many times or more')
     max_length: int = recipe_option(50, 'sentences are cut to this many tokens')

@@ -28,17 +28,17 @@ from ..engine.launch import check_kvstore
 from ..engine.loop import StepConfig, train_steps
 from ..export.block import export_and_check
 from .config import NLIConfig, check_config
-from .model import (EVAL_BATCH_SIZE, INPUT_DTYPES, INPUT_NAMES, load_data, load_model,
-                    predict_logits, save_model_config)
+from .model import (EVAL_BATCH_SIZE, INPUT_DTYPES, INPUT_NAMES, data_paths, load_data,
+                    load_model, predict_logits, save_model_config)
 
 __all__ = ['train', 'check_resumable']
 
 
 def _glove(model, config, train_pairs, vocab):
     """Fill the embedding from ``config.glove`` (unless 'none'); returns the coverage report."""
-    if config.glove.lower() == 'none':
+    path = data_paths(config)['glove']
+    if path is None:
         return None
-    path = snli.default_paths()['glove'] if config.glove == 'sample' else config.glove
     counts = {}
     for sentence in train_pairs.premises + train_pairs.hypotheses:
         for token in snli.tokenize(sentence):

@@ -13,12 +13,14 @@ import mxnet as mx
 import numpy as onp
 
 from ... import _checks
+from ..._resources import missing_file
 from ...data import snli
+from ...data.glove import GLOVE_URL
 from ...models.nli import DecomposableAttention
 from ..engine.common import atomic_path, atomic_write_json, parse_ctx, parse_devices
 
-__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'load_valid', 'load_data',
-           'load_model', 'save_model_config', 'plot_attention', 'evaluate', 'predict']
+__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'data_paths', 'load_valid',
+           'load_data', 'load_model', 'save_model_config', 'plot_attention', 'evaluate', 'predict']
 
 #: The positional inputs of the model and of its exported graph (``data0`` ... ``data3``).
 INPUT_NAMES = ['premise', 'hypothesis', 'premise_valid_length', 'hypothesis_valid_length']
@@ -59,18 +61,35 @@ def predict_logits(model, batches, num_examples, ctx=None):
     return out
 
 
+def data_paths(config):
+    """The files ``config`` reads: ``train`` (a jsonl file or a line-format prefix), ``valid`` (a
+    list) and ``glove`` (None for 'none'); empty options and 'sample' name the default files in
+    the data folder (``config.data_dir``, else ``GA_DATA_DIR``, else ``../shared/data`` from the
+    repository root). ValueError (one line naming the path looked for and where the data set is
+    published) for the first default file, or the GloVe file, not found."""
+    glove = None if config.glove.lower() == 'none' else config.glove
+    if glove == 'sample':
+        glove = snli.default_path('glove', config.data_dir)
+    elif glove is not None and not os.path.isfile(glove):
+        missing_file(glove, 'GloVe', GLOVE_URL)
+    return {'train': config.train or snli.default_path('train', config.data_dir),
+            'valid': [p for p in config.valid.split(',') if p]
+                     or snli.default_path('valid', config.data_dir),
+            'glove': glove}
+
+
 def load_valid(config):
-    """The validation pairs of ``config``: its ``valid`` files, or the packaged jsonl subsets."""
-    paths = [p for p in config.valid.split(',') if p] or snli.default_paths()['valid']
-    return snli.concat_pairs([snli.read_snli(p) for p in paths])
+    """The validation pairs of ``config``: its ``valid`` files, or the default jsonl subsets."""
+    return snli.concat_pairs([snli.read_snli(p) for p in data_paths(config)['valid']])
 
 
 def load_data(config):
     """``(train pairs, validation pairs, number of training pairs removed)``: the training pairs
     that also occur in the validation files are removed. Raises ValueError or OSError naming the
     file (and record) when a data file is missing or malformed."""
+    paths = data_paths(config)          # the default files and GloVe checked before any read
     valid = load_valid(config)
-    train_pairs = snli.read_snli(config.train or snli.default_paths()['train'])
+    train_pairs = snli.read_snli(paths['train'])
     train_pairs, removed = snli.remove_overlap(train_pairs, valid)
     if config.max_train:
         keep = slice(0, config.max_train)

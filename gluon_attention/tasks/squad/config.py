@@ -18,7 +18,7 @@ from ..engine.launch import KVSTORES
 __all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
            'NullThreshold', 'NEVER_NULL', 'check_config', 'EVAL_TITLES', 'THRESHOLD_TITLES']
 
-#: The two articles of the shipped evaluation file, left out of training by default.
+#: The two articles of the default evaluation file, left out of training by default.
 EVAL_TITLES = 'Normans,Computational_complexity_theory'
 #: Two SQuAD 2.0 training articles (not in the SQuAD 1.1 file) held out to choose the threshold.
 THRESHOLD_TITLES = 'Huguenot,Scottish_Parliament'
@@ -115,6 +115,8 @@ class QAOptions:
                 "log P(answerable), minimum over its chunks) exceeds this number; 'auto': the "
                 'threshold chosen on the held-out training articles (see --threshold-titles), '
                 'saved in the model folder')
+    data_dir: str = option('', "the data folder holding the named SQuAD files ('': $GA_DATA_DIR, "
+                           'else ../shared/data from the repository root; see docs/data.md)')
     ctx: str = option('cpu', "devices, e.g. cpu, gpu(0), 'cpu(0),cpu(1)' (data parallel)")
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
@@ -128,8 +130,9 @@ class QAOptions:
 @dataclasses.dataclass
 class EvaluateConfig(QAOptions):
     """evaluate: score a model folder on a SQuAD file with answers."""
-    eval_file: str = option('haystack-small', 'SQuAD json to evaluate on (a path, or a shipped '
-                            'name: haystack-small, cs224n-16articles, v1.1-24articles)')
+    eval_file: str = option('haystack-small', 'SQuAD json to evaluate on (a path, or a named '
+                            'file of the data folder: haystack-small, cs224n-16articles, '
+                            'v1.1-24articles, v1.1-dev, v2.0-dev, ...)')
     max_eval_examples: int = option(0, 'evaluate only the first N questions (0: all)')
     version_2_with_negative: int = option(
         1, "1: SQuAD 2.0 (questions may have no answer); 0: SQuAD 1.1 (never predict '', "
@@ -160,8 +163,8 @@ class TrainConfig(EvaluateConfig):
         1, "1: SQuAD 2.0; 0: SQuAD 1.1 (impossible questions are left out of training and "
            "evaluation, '' is never predicted, the report has exact, f1, total)", choices=(0, 1))
     train_file: str = recipe_option('cs224n-16articles', 'SQuAD json to train on (a path, or a '
-                                    'shipped name: cs224n-16articles, haystack-small, '
-                                    'v1.1-24articles)')
+                                    'named file of the data folder: cs224n-16articles, '
+                                    'v1.1-24articles, v1.1-train, v2.0-train-10articles, ...)')
     extra_train_file: str = recipe_option('v1.1-24articles', "more training data ('' for none)")
     exclude_titles: str = recipe_option(EVAL_TITLES, 'comma-separated article titles left out '
                                         'of training (the evaluation articles); each must be in '

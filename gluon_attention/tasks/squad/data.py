@@ -12,10 +12,11 @@ import sys
 import numpy as onp
 
 from ..._checks import fail
-from ..._resources import default_model_dir
+from ..._resources import default_model_dir, missing_file
 from ...data import squad
 
-__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'titles', 'default_model_folder',
+__all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'check_data_files', 'titles',
+           'default_model_folder',
            'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
            'load_training_features', 'heldout_examples', 'warn_shared_articles', 'eval_stride', 'load_eval_examples',
            'eval_features']
@@ -24,13 +25,26 @@ INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
 INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 
 
-def data_path(name):
-    """A shipped data set's short name -> its path; anything else is a path (``read_squad``
-    reports a missing file with its path)."""
+def data_path(name, data_dir=None):
+    """A named SQuAD file (:data:`~gluon_attention.data.squad.SQUAD_FILES`) -> its path in the
+    data folder (``data_dir``, else ``GA_DATA_DIR``, else ``../shared/data`` from the repository
+    root); anything else is a path. ValueError (one line naming the path looked for and where
+    SQuAD is published) when the file does not exist."""
     name = str(name)
     if name in squad.SQUAD_FILES and not os.path.exists(name):
-        return str(squad.default_data_path(name))
+        return str(squad.default_data_path(name, data_dir))
+    if not os.path.exists(name):
+        missing_file(name, 'SQuAD', squad.SQUAD_URL)
     return name
+
+
+def check_data_files(config):
+    """Every SQuAD file ``config`` names (``train_file``, ``extra_train_file``, ``eval_file``,
+    ``predict_file``, those it has) exists: ValueError for the first that does not, before any
+    work starts."""
+    for option in ('train_file', 'extra_train_file', 'eval_file', 'predict_file'):
+        if getattr(config, option, ''):
+            data_path(getattr(config, option), config.data_dir)
 
 
 def titles(text):
@@ -100,9 +114,10 @@ def training_examples(config):
     """The training questions: both files minus the excluded and the held-out articles, each
     question once. ValueError when an ``--exclude-titles`` title is in neither training file (a
     misspelt title would otherwise train on the evaluation articles)."""
-    read = squad.read_squad(data_path(config.train_file))        # read once: titles and examples
+    # read once: titles and examples
+    read = squad.read_squad(data_path(config.train_file, config.data_dir))
     if config.extra_train_file:
-        read += squad.read_squad(data_path(config.extra_train_file))
+        read += squad.read_squad(data_path(config.extra_train_file, config.data_dir))
     absent = set(titles(config.exclude_titles)) - {e.title for e in read}
     if absent:
         fail('--exclude-titles: expected every requested title in the training files '
@@ -145,7 +160,7 @@ def heldout_examples(config):
     names = titles(config.threshold_titles)
     if not names:
         return []
-    return squad.read_squad(data_path(config.train_file), titles=names)
+    return squad.read_squad(data_path(config.train_file, config.data_dir), titles=names)
 
 
 def warn_shared_articles(train_examples, eval_examples):
@@ -165,7 +180,7 @@ def eval_stride(max_seq_length, max_query_length):
 def load_eval_examples(config):
     """The evaluation questions of ``config.eval_file`` (the first ``max_eval_examples``); with
     ``version_2_with_negative`` 0, its answerable questions only (ValueError when none)."""
-    examples = squad.read_squad(data_path(config.eval_file))
+    examples = squad.read_squad(data_path(config.eval_file, config.data_dir))
     if not config.version_2_with_negative:
         answerable = [e for e in examples if e.answers]
         if len(answerable) < len(examples):

@@ -17,7 +17,7 @@ import time
 
 from ..._checks import fail
 from ...data import squad
-from .data import data_path
+from .data import check_data_files, data_path
 from .evaluation import contexts_of, eval_job, infer, score_and_write, write_predictions
 from .folder import model_folder, read_qa_config
 from .predict import describe_answer
@@ -35,6 +35,7 @@ def results_folder(config, command):
 
 def prepare_evaluate(config):
     """Devices, the model folder's settings and tokenizer, evaluation questions and features."""
+    check_data_files(config)
     contexts, folder = contexts_of(config), model_folder(config)
     model_config = read_qa_config(folder)
     threshold = config.null_threshold.resolve(model_config, config.version_2_with_negative)
@@ -64,7 +65,8 @@ def prepare_predict(config):
     config.null_threshold.resolve(model_config, model_config['version_2_with_negative'])
     examples = None
     if config.predict_file:
-        examples = squad.read_squad(data_path(config.predict_file), require_answers=False)
+        examples = squad.read_squad(data_path(config.predict_file, config.data_dir),
+                                    require_answers=False)
         if not examples:
             fail('--predict-file must hold at least one question',
                  predict_file=config.predict_file)

@@ -10,8 +10,8 @@ import time
 
 from ...data import squad
 from ..engine.config import write_run_config
-from .data import (check_model_fits, eval_stride, heldout_examples, load_training_features,
-                   warn_shared_articles)
+from .data import (check_data_files, check_model_fits, eval_stride, heldout_examples,
+                   load_training_features, warn_shared_articles)
 from .config import NEVER_NULL
 from .evaluation import (ONNX_EXTRA, calibrate_threshold, check_export, contexts_of, eval_job,
                          infer, score_and_write)
@@ -29,6 +29,7 @@ def prepare_train(config):
     check_model_fits(folder, {'max_seq_length': config.max_seq_length,
                              'eval_max_seq_length': config.eval_max_seq_length,
                              'freeze_layers': config.freeze_layers})
+    check_data_files(config)
     check_resumable(config)
     tokenizer = squad.load_tokenizer(folder)
     features, train_examples = load_training_features(config, tokenizer)
