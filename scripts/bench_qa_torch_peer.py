@@ -32,7 +32,8 @@ def build_head(torch, weights):
         picked = torch.gather(hidden, 1, start_index[..., None].expand(-1, -1, hidden.shape[-1]))
         pairs = torch.cat(torch.broadcast_tensors(picked[:, :, None], hidden[:, None]), -1)
         end = torch.tanh(dense(pairs, 'end.0'))
-        end = fn.layer_norm(end, end.shape[-1:], w['end.2.gamma'], w['end.2.beta'], 1e-12)
+        gamma = w['end.2.gamma']          # its shape, constant: the head exports to ONNX
+        end = fn.layer_norm(end, gamma.shape, gamma, w['end.2.beta'], 1e-12)
         end = dense(end, 'end.3').squeeze(-1).masked_fill(blocked[:, None], float('-inf'))
         end_top, end_index = torch.topk(torch.log_softmax(end, -1), 5, dim=-1)  # (B, N, N)
         pooled = torch.bmm(torch.softmax(scores, -1)[:, None], hidden)[:, 0]

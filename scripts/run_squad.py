@@ -7,6 +7,8 @@ Commands (``train`` when none is given):
   predict   answer the questions of a SQuAD file (-> <output-dir>/predict/), or one --question
             about one --context
   curve     score every kept checkpoint of a train run: curve.csv and curve.png (learning curve)
+  quantize  write the model folder's QA model in INT8 for ONNX Runtime (<output-dir>/int8/);
+            evaluate and predict run it with --onnx-model <output-dir>/int8/qa-int8.onnx
 
 Defaults are the `make demo` recipe (see docs/squad.md). A killed ``train`` resumes from its last
 checkpoint when rerun with the same --output-dir and options; other training options there are
@@ -16,20 +18,20 @@ refused (use another --output-dir). evaluate and predict load <output-dir>/model
 import argparse
 import sys
 
-COMMANDS = ('train', 'evaluate', 'predict', 'curve')
+COMMANDS = ('train', 'evaluate', 'predict', 'curve', 'quantize')
 
 
 def build_parser():
     """The command line: one sub-command per config class of the job."""
     from gluon_attention.tasks.engine.config import add_arguments
     from gluon_attention.tasks.squad.config import (CurveConfig, EvaluateConfig, PredictConfig,
-                                                    TrainConfig)
+                                                    QuantizeConfig, TrainConfig)
     parser = argparse.ArgumentParser(prog='run_squad.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1])
     commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')
     for name, config_class in zip(COMMANDS, (TrainConfig, EvaluateConfig, PredictConfig,
-                                             CurveConfig)):
+                                             CurveConfig, QuantizeConfig)):
         sub = commands.add_parser(name, help=config_class.__doc__.splitlines()[0],
                                   description=config_class.__doc__)
         add_arguments(sub, config_class)
@@ -62,11 +64,12 @@ def main(argv=None):
     import mxnet as mx
     mx.npx.set_np()
     command, config = parse_config(argv)
-    from gluon_attention.tasks.squad import curve, infer, train
+    from gluon_attention.tasks.squad import curve, infer, quantize, train
     prepare, run = {'train': (train.prepare_train, train.run_train),
                     'evaluate': (infer.prepare_evaluate, infer.run_evaluate),
                     'predict': (infer.prepare_predict, infer.run_predict),
-                    'curve': (curve.prepare_curve, curve.run_curve)}[command]
+                    'curve': (curve.prepare_curve, curve.run_curve),
+                    'quantize': (quantize.prepare_quantize, quantize.run_quantize)}[command]
     try:            # what the command line names must exist before any work starts
         prepared = prepare(config)
     except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file

@@ -170,3 +170,25 @@ def test_attention_that_is_not_a_self_attention_with_query_lengths_is_refused(tm
     with pytest.raises(ValueError, match='fusable=True writes self-attention'):
         export_onnx(block, str(tmp_path / 'cell.onnx'), ['query', 'key', 'value', 'length'],
                     [str(a.dtype) for a in inputs], shapes, fusable=True)
+
+
+def test_the_int8_route_writes_a_fused_int8_model_whose_head_stays_float32(tmp_path):
+    """run_squad.py quantize's writer on the tiny QA model; OnnxQABlock runs the result as
+    evaluate/predict --onnx-model do, near MXNet's outputs."""
+    from gluon_attention.tasks.squad.onnx_check import OnnxQABlock
+    from gluon_attention.tasks.squad.quantize import write_int8_model
+    model = ga.ModelForQAConditional(tiny_bert(fused_attention=True), units=8, dropout=0.1)
+    model.initialize()
+    inference = ga.QAInference(model, 3, 3)
+    inference(*as_mx(qa_inputs(2, 5)))
+    initialize(model)
+    report = write_int8_model(inference, str(tmp_path), HEADS, UNITS)
+    counts = report['int8_counts']
+    assert counts.get('QAttention') == LAYERS and counts.get('BiasGelu') == LAYERS
+    # the head's dense layers (start, end pair, end, answerable x2) stay float32 MatMuls
+    assert counts.get('MatMul', 0) >= 4 and report['per_channel'] and not report['int8_head']
+    inputs = qa_inputs(3, 7)
+    want = [w.asnumpy() for w in inference(*as_mx(inputs))]
+    got = [g.asnumpy() for g in OnnxQABlock(report['int8'])(*as_mx(inputs))]
+    assert [g.shape for g in got] == [w.shape for w in want]
+    assert onp.abs(got[4] - want[4]).max() < 0.5

@@ -20,6 +20,7 @@ Runtime 1.26's quantizer needs the INT4 types of onnx 1.16 and later) and ``onnx
 ``pip install gluon_attention[onnx]``.
 """
 import contextlib
+import functools
 import json
 import os
 import warnings
@@ -97,9 +98,11 @@ def _exporter_at_opset(fusable=False):
     """MXNet's exporter with our replacement converters (and, when ``fusable``, those of
     :mod:`.onnx_fusable`) and the checker at opset 13; both are restored on exit."""
     overrides = dict(onnx_attention.OVERRIDES)
-    if fusable:
-        overrides.update(onnx_fusable.FUSABLE_OVERRIDES)
     registry = MXNetGraph.registry_.setdefault(OPSET, {})
+    if fusable:
+        overrides.update({op: functools.partial(convert, exact=overrides.get(op) or registry.get(
+            op) or MXNetGraph.registry_[12].get(op))
+                          for op, convert in onnx_fusable.FUSABLE_OVERRIDES.items()})
     saved = {op: registry.get(op) for op in overrides}
     context = onnx.checker.DEFAULT_CONTEXT
     opsets = dict(context.opset_imports)

@@ -1,8 +1,9 @@
 """The fusable ONNX form: a transformer written in the subgraphs ONNX Runtime's transformer
 optimizer (``onnxruntime.transformers.optimizer``, ``model_type='bert'``) recognises.
 
-:func:`gluon_attention.tasks.onnx.export_onnx` with ``fusable=True`` installs
-:data:`FUSABLE_OVERRIDES` on top of the exact converters while it converts, then applies
+:func:`gluon_attention.tasks.export.onnx.export_onnx` with ``fusable=True`` installs
+:data:`FUSABLE_OVERRIDES` on top of the exact converters while it converts (each called with
+``exact=``, the converter it replaces, for the cases it leaves to it), then applies
 :func:`literal_head_split`. Every node stays a standard ONNX operator (opset 13), so the file
 runs in any runtime at any batch and length; the optimizer turns it into one ``Attention`` per
 layer, two ``SkipLayerNormalization`` per layer and one ``BiasGelu`` per layer
@@ -37,30 +38,23 @@ import math
 import mxnet as mx
 import numpy as onp
 from onnx import numpy_helper
-from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
 
 from ..._checks import fail
-from ...core.fused import OP_NAME
-from .onnx_attention import convert_fused_attention
+from ...core.fused import LIBRARY_OPS, OP_NAME
 from .onnx_ops import Emitter, tensor_type
-from .onnx_rowwise import BIAS_GELU_OP, LAYER_NORM_OP, convert_add_layer_norm
-from .onnx_shape_ops import convert_npx_reshape
 
 __all__ = ['FUSABLE_OVERRIDES', 'MASK_FILL', 'check_fusable', 'literal_head_split',
            'unshare_initializers']
 
 MASK_FILL = -10000.0      # the additive mask value the optimizer's BERT patterns expect
+LAYER_NORM_OP, BIAS_GELU_OP = LIBRARY_OPS[1:]
 
-# MXNet's own converter, used for the flattening form
-_MXNET_FULLY_CONNECTED = MXNetGraph.registry_[12]['FullyConnected']
-
-
-def convert_fully_connected(node, **kwargs):
+def convert_fully_connected(node, exact, **kwargs):
     """``FullyConnected(flatten=False)`` as ``MatMul`` by W^T (a fresh initializer when W is a
     weight, else a ``Transpose``) and ``Add`` of the bias."""
     e = Emitter(node, kwargs)
     if e.attr('flatten', True) not in (False, 'False'):
-        return _MXNET_FULLY_CONNECTED(node, **kwargs)
+        return exact(node, **kwargs)      # MXNet's own: Flatten + Gemm
     weight = kwargs['weights'].get(e.inputs[1])
     if weight is None:
         weight_t = e.op('Transpose', [e.inputs[1]], perm=[1, 0])
@@ -73,7 +67,7 @@ def convert_fully_connected(node, **kwargs):
     return e.result(e.dtypes[0])
 
 
-def convert_reshape_constant(node, **kwargs):
+def convert_reshape_constant(node, exact, **kwargs):
     """``npx.reshape`` whose codes are leading copies (-2) then sizes (and at most one -1) as a
     ``Reshape`` by a constant shape (ONNX 0 copies the axis at the same index, exactly what a
     leading -2 does); any other code goes to the exact converter."""
@@ -84,18 +78,18 @@ def convert_reshape_constant(node, **kwargs):
     rest = codes[copies:]
     if e.attr('reverse', False) or not all(c > 0 or c == -1 for c in rest) or (
             rest.count(-1) > 1):
-        return convert_npx_reshape(node, **kwargs)
+        return exact(node, **kwargs)
     e.final('Reshape', [e.inputs[0], e.const([0] * copies + rest)])
     return e.result()
 
 
-def convert_layer_norm_pattern(node, **kwargs):
+def convert_layer_norm_pattern(node, exact, **kwargs):
     """data (+ residual), normalised over the last axis (variance through ``Pow``), times gamma,
-    plus beta."""
-    return convert_add_layer_norm(node, square_by_pow=True, **kwargs)
+    plus beta: the exact converter with ``square_by_pow``."""
+    return exact(node, square_by_pow=True, **kwargs)
 
 
-def convert_bias_gelu_pattern(node, **kwargs):
+def convert_bias_gelu_pattern(node, exact=None, **kwargs):  # pylint: disable=unused-argument
     """gelu(data + bias), the erf form divided by sqrt(2)."""
     e = Emitter(node, kwargs)
     dtype = e.dtypes[0]
@@ -116,12 +110,12 @@ def _key_mask(e, length, dtype):
     return e.op('Less', [steps, longest])
 
 
-def convert_attention_pattern(node, **kwargs):
+def convert_attention_pattern(node, exact, **kwargs):
     """The fused kernel in the optimizer's BERT attention form: self-attention in layout NTK
     with per-query lengths (B, L_q); any other call takes the exact converter."""
     e = Emitter(node, kwargs)
     if e.attr('layout', 'NKT') != 'NTK' or not int(e.attr('with_length', 0)):
-        return convert_fused_attention(node, **kwargs)
+        return exact(node, **kwargs)
     dtype = e.dtypes[0]
     query = e.op('Transpose', [e.inputs[0]], perm=[0, 2, 1, 3])           # (B, K, L_q, C)
     key = e.op('Transpose', [e.inputs[1]], perm=[0, 2, 3, 1])             # (B, K, C, L_m)

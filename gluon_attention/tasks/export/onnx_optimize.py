@@ -77,16 +77,20 @@ def optimize_onnx(onnx_path, out_path, num_heads, hidden_size):
     return fusion_counts(model.model)
 
 
-def quantize_onnx(onnx_path, out_path, per_channel=True):
+def quantize_onnx(onnx_path, out_path, per_channel=True, exclude=()):
     """INT8 weights for the ``MatMul`` and ``Attention`` nodes of ``onnx_path``, written to
     ``out_path`` (ONNX Runtime's ``quantize_dynamic``: signed INT8 weights, per output channel
-    when ``per_channel``, else per tensor; activations quantized at run time). Returns
+    when ``per_channel``, else per tensor; activations quantized at run time). Nodes whose
+    name starts with one of the strings ``exclude`` stay float32. Returns
     :func:`fusion_counts` of the written model."""
+    import onnx  # pylint: disable=import-outside-toplevel
     from onnxruntime.quantization import (  # pylint: disable=import-outside-toplevel
         QuantType, quantize_dynamic)
+    kept = [node.name for node in onnx.load(os.fspath(onnx_path)).graph.node
+            if exclude and node.name.startswith(tuple(exclude))]
     with atomic_path(out_path) as tmp:
         quantize_dynamic(os.fspath(onnx_path), tmp, per_channel=bool(per_channel),
-                         weight_type=QuantType.QInt8,
+                         weight_type=QuantType.QInt8, nodes_to_exclude=kept,
                          op_types_to_quantize=['MatMul', 'Attention'],
                          # the fused com.microsoft outputs have no inferred type: float32
                          extra_options={'DefaultTensorType': 1})

@@ -9,6 +9,7 @@ between a killed run and its resumption.
 """
 import dataclasses
 import math
+import os
 from typing import Optional
 
 from ..._checks import fail
@@ -16,7 +17,7 @@ from ..engine.config import option, recipe_option
 from ..engine.launch import KVSTORES
 
 __all__ = ['QAOptions', 'EvaluateConfig', 'PredictConfig', 'TrainConfig', 'CurveConfig',
-           'NullThreshold', 'NEVER_NULL', 'check_config', 'EVAL_TITLES', 'THRESHOLD_TITLES']
+           'NullThreshold', 'QuantizeConfig', 'NEVER_NULL', 'check_config', 'EVAL_TITLES', 'THRESHOLD_TITLES']
 
 #: The two articles of the default evaluation file, left out of training by default.
 EVAL_TITLES = 'Normans,Computational_complexity_theory'
@@ -127,9 +128,17 @@ class QAOptions:
         self.null_threshold = NullThreshold.parse(self.null_score_diff_threshold)
 
 
+def onnx_model_option():
+    """--onnx-model of evaluate and predict."""
+    return option('', 'run this ONNX file in ONNX Runtime instead of the MXNet graph (e.g. '
+                  '<output-dir>/int8/qa-int8.onnx written by quantize); the tokenizer, lengths '
+                  'and threshold still come from the model folder, the start/end top-n are '
+                  "those the file was written with ('': the MXNet graph)")
+
+
 @dataclasses.dataclass
-class EvaluateConfig(QAOptions):
-    """evaluate: score a model folder on a SQuAD file with answers."""
+class EvalFileOptions(QAOptions):
+    """The evaluation file of evaluate and train."""
     eval_file: str = option('haystack-small', 'SQuAD json to evaluate on (a path, or a named '
                             'file of the data folder: haystack-small, cs224n-16articles, '
                             'v1.1-24articles, v1.1-dev, v2.0-dev, ...)')
@@ -137,6 +146,21 @@ class EvaluateConfig(QAOptions):
     version_2_with_negative: int = option(
         1, "1: SQuAD 2.0 (questions may have no answer); 0: SQuAD 1.1 (never predict '', "
            'leave impossible questions out, report exact, f1, total)', choices=(0, 1))
+
+
+@dataclasses.dataclass
+class EvaluateConfig(EvalFileOptions):
+    """evaluate: score a model folder on a SQuAD file with answers."""
+    onnx_model: str = onnx_model_option()
+
+
+@dataclasses.dataclass
+class QuantizeConfig(QAOptions):
+    """quantize: write the model folder's QA model in INT8 for ONNX Runtime (<output-dir>/int8/)."""
+    per_channel: int = option(1, 'INT8 weights with one scale per output channel (0: one per '
+                              'tensor)', choices=(0, 1))
+    int8_head: int = option(0, "also quantize the QA head's dense layers (0: they stay float32)",
+                            choices=(0, 1))
 
 
 @dataclasses.dataclass
@@ -151,10 +175,11 @@ class PredictConfig(QAOptions):
     json: bool = option(False, 'with --question: print every field of the answer as one JSON '
                         'object (text, start, end, score, null_score_diff, threshold, best_span, '
                         'best_span_start, best_span_end; inf written as null)')
+    onnx_model: str = onnx_model_option()
 
 
 @dataclasses.dataclass
-class TrainConfig(EvaluateConfig):
+class TrainConfig(EvalFileOptions):
     """train (the default command): fine-tune, save, evaluate, export."""
     model_dir: Optional[str] = recipe_option(
         None, 'pretrained encoder folder (config.json, model.safetensors, tokenizer.json or '
@@ -282,6 +307,8 @@ def check_config(config):
     if isinstance(config, TrainConfig) and config.max_steps == 0 and config.epochs <= 0:
         fail('--epochs must be > 0 when --max-steps is 0', epochs=config.epochs,
              max_steps=config.max_steps)
+    if getattr(config, 'onnx_model', '') and not os.path.isfile(config.onnx_model):
+        fail('--onnx-model must name an existing .onnx file', onnx_model=config.onnx_model)
     if isinstance(config, PredictConfig) and (
             bool(config.predict_file) == (config.question is not None)
             or (config.question is None) != (config.context is None)):

@@ -33,6 +33,18 @@ def results_folder(config, command):
     return os.path.join(config.output_dir, command)
 
 
+def answer_features(config, job):
+    """One 5-tuple of NumPy outputs per feature of ``job``: the model folder's MXNet graph, or
+    the ``--onnx-model`` file in ONNX Runtime (batches of ``--eval-batch-size`` features of
+    similar lengths either way)."""
+    if config.onnx_model:
+        from .onnx_check import run_onnx_squad  # pylint: disable=import-outside-toplevel
+        return run_onnx_squad(config.onnx_model, job['eval_features'], config.eval_batch_size,
+                              config.threads or None)
+    model = load_folder_model(job['folder'], job['contexts'])
+    return infer(model, job['eval_features'], config, job['contexts'][0])[1]
+
+
 def prepare_evaluate(config):
     """Devices, the model folder's settings and tokenizer, evaluation questions and features."""
     check_data_files(config)
@@ -47,13 +59,15 @@ def prepare_evaluate(config):
 
 
 def run_evaluate(config, job):
-    """Load the model folder, run it on the evaluation questions, score, write the outputs."""
-    model = load_folder_model(job['folder'], job['contexts'])
+    """Load the model folder (or the ``--onnx-model`` file), run it on the evaluation questions,
+    score, write the outputs."""
     start = time.time()
-    outputs = infer(model, job['eval_features'], config, job['contexts'][0])[1]
+    outputs = answer_features(config, job)
+    extra = {'eval_seconds': round(time.time() - start, 1), 'model_dir': job['folder']}
+    if config.onnx_model:
+        extra['onnx_model'] = config.onnx_model
     config = dataclasses.replace(config, output_dir=results_folder(config, 'evaluate'))
-    score_and_write(config, job, outputs, job['threshold'],
-                    {'eval_seconds': round(time.time() - start, 1), 'model_dir': job['folder']})
+    score_and_write(config, job, outputs, job['threshold'], extra)
     print('metrics and predictions written to {}'.format(config.output_dir))
     return 0
 
@@ -80,6 +94,9 @@ def run_predict(config, job):
         job['folder'], ctx=job['contexts'][0], threshold=config.null_threshold,
         batch_size=config.eval_batch_size, max_answer_length=config.max_answer_length,
         start_top_n=config.start_top_n, end_top_n=config.end_top_n)
+    if config.onnx_model:         # the folder still gives the tokenizer, lengths, threshold
+        from .onnx_check import OnnxQABlock  # pylint: disable=import-outside-toplevel
+        predictor.block = OnnxQABlock(config.onnx_model, config.threads or None)
     threshold = predictor.threshold
     if not config.predict_file:
         answer = predictor.answer(config.question, config.context)

@@ -21,8 +21,8 @@ from ...data import squad
 from ..engine.common import atomic_write_json
 from ..export.onnx import export_onnx, max_abs_diff, onnx_session, run_onnx
 
-__all__ = ['QA_INPUT_SHAPES', 'QA_OUTPUT_NAMES', 'export_qa_onnx', 'check_onnx_squad',
-           'run_onnx_squad', 'check_onnx_export']
+__all__ = ['QA_INPUT_SHAPES', 'QA_OUTPUT_NAMES', 'OnnxQABlock', 'export_qa_onnx',
+           'check_onnx_squad', 'run_onnx_squad', 'check_onnx_export']
 
 # The QA graph's inputs (input_ids, token_types, valid_length, p_mask) and outputs.
 QA_INPUT_SHAPES = (('batch', 'sequence'), ('batch', 'sequence'), ('batch',),
@@ -39,6 +39,23 @@ def export_qa_onnx(prefix, fusable=True):
     them, as in every SQuAD feature, so they stay MXNet's."""
     return export_onnx(prefix, input_shapes=QA_INPUT_SHAPES, output_names=QA_OUTPUT_NAMES,
                        fusable=fusable)
+
+
+class OnnxQABlock:
+    """A QA ONNX file (``qa.onnx``, the optimized or the INT8 one) called like a ``QAInference``
+    block: ``block(input_ids, token_types, valid_length, p_mask)`` on mx.np arrays (int32
+    (B, T), int32 (B, T), int32 (B,), float32 (B, T)) returns its five outputs as mx.np
+    arrays, computed in ONNX Runtime on the CPU (``threads`` intra-op threads, default
+    ``OMP_NUM_THREADS``)."""
+
+    def __init__(self, onnx_path, threads=None):
+        self.session = onnx_session(onnx_path, threads)
+        self.names = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, *inputs):
+        import mxnet as mx  # pylint: disable=import-outside-toplevel
+        outputs = run_onnx(self.session, dict(zip(self.names, (x.asnumpy() for x in inputs))))
+        return [mx.np.array(o, dtype=o.dtype) for o in outputs]
 
 
 def run_onnx_squad(onnx_path, features, batch_size=32, threads=None):
