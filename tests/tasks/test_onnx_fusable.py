@@ -172,7 +172,8 @@ def test_attention_that_is_not_a_self_attention_with_query_lengths_is_refused(tm
                     [str(a.dtype) for a in inputs], shapes, fusable=True)
 
 
-def test_the_int8_route_writes_a_fused_int8_model_whose_head_stays_float32(tmp_path):
+def test_the_int8_route_writes_a_fused_int8_model_and_keeps_the_head_float_on_request(
+        tmp_path):
     """run_squad.py quantize's writer on the tiny QA model; OnnxQABlock runs the result as
     evaluate/predict --onnx-model do, near MXNet's outputs."""
     from gluon_attention.tasks.squad.onnx_check import OnnxQABlock
@@ -182,7 +183,7 @@ def test_the_int8_route_writes_a_fused_int8_model_whose_head_stays_float32(tmp_p
     inference = ga.QAInference(model, 3, 3)
     inference(*as_mx(qa_inputs(2, 5)))
     initialize(model)
-    report = write_int8_model(inference, str(tmp_path), HEADS, UNITS)
+    report = write_int8_model(inference, str(tmp_path), HEADS, UNITS, int8_head=False)
     counts = report['int8_counts']
     assert counts.get('QAttention') == LAYERS and counts.get('BiasGelu') == LAYERS
     # the head's dense layers (start, end pair, end, answerable x2) stay float32 MatMuls

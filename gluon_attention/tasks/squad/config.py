@@ -159,8 +159,8 @@ class QuantizeConfig(QAOptions):
     """quantize: write the model folder's QA model in INT8 for ONNX Runtime (<output-dir>/int8/)."""
     per_channel: int = option(1, 'INT8 weights with one scale per output channel (0: one per '
                               'tensor)', choices=(0, 1))
-    int8_head: int = option(0, "also quantize the QA head's dense layers (0: they stay float32)",
-                            choices=(0, 1))
+    int8_head: int = option(1, "quantize the QA head's dense layers too (0: they stay float32; "
+                            'measured on the demo model: F1 53.93 against 53.97)', choices=(0, 1))
 
 
 @dataclasses.dataclass
