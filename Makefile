@@ -73,7 +73,7 @@ nli: venv
 $(PEER_VENV)/.installed: bench/peer-constraints.txt
 	$(PYTHON) -m venv $(PEER_VENV)
 	env -u PIP_CONSTRAINT -u PIP_BUILD_CONSTRAINT $(PEER_VENV)/bin/python -m pip install \
-	    --quiet -c bench/peer-constraints.txt torch transformers
+	    --quiet -c bench/peer-constraints.txt torch transformers onnx
 	touch $@
 
 bench: venv $(PEER_VENV)/.installed
