@@ -9,7 +9,8 @@ def main(argv=None):
     """Returns the exit status: 0 on success, 1 when the kernel cannot be built or loaded."""
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention',
-        description='Build or check the fused attention kernel library (gluon_attention.fused).')
+        description='Build or check the fused attention kernel library (gluon_attention.fused).',
+        allow_abbrev=False)
     parser.add_argument('command', choices=['fused-build', 'fused-check'],
                         help='fused-build: compile it (skipped when up to date); '
                              'fused-check: load it')

@@ -45,7 +45,7 @@ def build_head(torch, weights):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--model-dir', required=True)
     parser.add_argument('--batches', required=True, help='the .npz of bench_qa.save_batches')

@@ -19,7 +19,7 @@ def status_bytes(field):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--memory', action='store_true')
     args = parser.parse_args()

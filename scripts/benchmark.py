@@ -27,7 +27,7 @@ TORCH_WORKER = os.path.join(SCRIPTS, 'bench_torch_peer.py')
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument('--threads', type=int, default=os.cpu_count(),
                         help='OpenMP threads, set before MXNet is imported (default: all cores)')
     parser.add_argument('--configs', default=','.join(CONFIG_NAMES),

@@ -111,7 +111,7 @@ def main(argv=None):
     config_class = _config_class()
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     config = from_args(config_class, add_arguments(parser, config_class).parse_args(argv))
     mx.npx.set_np()
     mx.random.seed(config.seed)

@@ -20,7 +20,7 @@ import sys
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     parser.add_argument('-n', '--num-workers', type=int, required=True, metavar='WORKERS',
                         help='worker processes (each runs the command)')
     parser.add_argument('-s', '--num-servers', type=int, default=1, metavar='SERVERS',

@@ -34,7 +34,7 @@ SENTENCES = [
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0], allow_abbrev=False)
     parser.add_argument('--model-dir', required=True,
                         help='folder with config.json, model.safetensors, tokenizer.json '
                              '(required)')

@@ -28,12 +28,12 @@ def build_parser():
                                                     QuantizeConfig, TrainConfig)
     parser = argparse.ArgumentParser(prog='run_squad.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')
     for name, config_class in zip(COMMANDS, (TrainConfig, EvaluateConfig, PredictConfig,
                                              CurveConfig, QuantizeConfig)):
         sub = commands.add_parser(name, help=config_class.__doc__.splitlines()[0],
-                                  description=config_class.__doc__)
+                                  description=config_class.__doc__, allow_abbrev=False)
         add_arguments(sub, config_class)
         sub.set_defaults(config_class=config_class, parser=sub)
     return parser

@@ -23,11 +23,13 @@ def build_parser():
     from gluon_attention.tasks.serve import ServeConfig
     parser = argparse.ArgumentParser(prog='serve.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     commands = parser.add_subparsers(dest='command', required=True)
-    add_arguments(commands.add_parser('start', help='start a server'), ServeConfig)
+    add_arguments(commands.add_parser('start', help='start a server', allow_abbrev=False),
+                  ServeConfig)
     for name in ('stop', 'status'):
-        sub = commands.add_parser(name, help='{} the server of --instance-dir'.format(name))
+        sub = commands.add_parser(name, help='{} the server of --instance-dir'.format(name),
+                                  allow_abbrev=False)
         sub.add_argument('--instance-dir', default='runs/serve', help='the instance folder '
                          '(default: runs/serve)')
     return parser

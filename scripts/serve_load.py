@@ -16,7 +16,7 @@ import sys
 
 def build_parser():
     parser = argparse.ArgumentParser(prog='serve_load.py', description=__doc__.split('\n\n')[0],
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     parser.add_argument('--url', default='http://127.0.0.1:8080/predictions/squad',
                         help='the prediction URL (loopback only)')
     parser.add_argument('--questions', default='haystack-small', help='SQuAD-format file (a '

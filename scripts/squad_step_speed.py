@@ -19,7 +19,7 @@ import time
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], allow_abbrev=False)
     p.add_argument('--impl', choices=('ours', 'ours-composed', 'torch'), required=True,
                    help="ours: BertEncoder with its default fused attention kernel; "
                         "ours-composed: the composed MXNet operators instead")

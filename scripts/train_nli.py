@@ -40,11 +40,12 @@ def build_parser():
     from gluon_attention.tasks.nli.config import NLIConfig
     parser = argparse.ArgumentParser(prog='train_nli.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split('\n\n', 1)[1])
+                                     epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     commands = parser.add_subparsers(dest='command', metavar='{' + ','.join(COMMANDS) + '}')
     names = {f.name for f in dataclasses.fields(NLIConfig)}
     for name in COMMANDS:
-        sub = commands.add_parser(name, help=HELP[name], description=HELP[name])
+        sub = commands.add_parser(name, help=HELP[name], description=HELP[name],
+                                  allow_abbrev=False)
         keep = MODEL_OPTIONS.get(name, names)
         add_arguments(sub, NLIConfig, skip=names - set(keep))
         sub.set_defaults(parser=sub)
