@@ -9,7 +9,7 @@ import pytest
 
 from gluon_attention.data import squad
 from gluon_attention.tasks.squad.config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
-from gluon_attention.tasks.squad.data import (heldout_examples, load_training_features,
+from gluon_attention.tasks.squad.data import (data_path, heldout_examples, load_training_features,
                                               training_examples)
 from gluon_attention.tasks.squad.evaluation import null_odds_auc
 from gluon_attention.tasks.squad.loop import train
@@ -136,3 +136,14 @@ def test_freeze_layers_beyond_the_encoder_is_refused(tmp_path):
                                           eval_max_seq_length=128,
                                           output_dir=str(tmp_path / 'run')))
     assert not (tmp_path / 'run').exists()
+
+
+def test_unknown_data_set_name_lists_the_known_names():
+    with pytest.raises(ValueError) as info:
+        data_path('haystack-smal')
+    message = str(info.value)
+    assert message.startswith('expected a SQuAD JSON file or a named data set (haystack-small, '
+                              'cs224n-16articles, v1.1-24articles, ')
+    assert message.endswith(". Received: path='haystack-smal'") and '\n' not in message
+    assert all(name in message for name in squad.SQUAD_FILES)
+    assert data_path('haystack-small') == str(squad.default_data_path('haystack-small'))

@@ -28,11 +28,15 @@ INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 def data_path(name, data_dir=None):
     """A named SQuAD file (:data:`~gluon_attention.data.squad.SQUAD_FILES`) -> its path in the
     data folder (``data_dir``, else ``GA_DATA_DIR``, else ``../shared/data`` from the repository
-    root); anything else is a path. ValueError (one line naming the path looked for and where
-    SQuAD is published) when the file does not exist."""
+    root); anything else is a path. ValueError (one line) when the file does not exist: a bare
+    word (no folder, no extension, e.g. the misspelt ``haystack-smal``) lists the named data
+    sets; a path names the path looked for and where SQuAD is published."""
     name = str(name)
     if name in squad.SQUAD_FILES and not os.path.exists(name):
         return str(squad.default_data_path(name, data_dir))
+    if not os.path.exists(name) and not os.path.dirname(name) and not os.path.splitext(name)[1]:
+        fail('expected a SQuAD JSON file or a named data set ({})'.format(
+            ', '.join(squad.SQUAD_FILES)), path=name)
     if not os.path.exists(name):
         missing_file(name, 'SQuAD', squad.SQUAD_URL)
     return name
