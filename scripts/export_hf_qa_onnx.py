@@ -100,7 +100,7 @@ def write_head_count(onnx, model, num_heads):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument('--model-dir', required=True)
     parser.add_argument('--weights', required=True, help='an .npz holding head/<name> arrays')
     parser.add_argument('--out', required=True, help='the .onnx file to write')

@@ -27,7 +27,11 @@ def _load(name):
         return module
     spec = importlib.util.spec_from_file_location('script_' + name[:-3], ROOT / 'scripts' / name)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(ROOT / 'scripts'))       # a script may import a sibling script
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / 'scripts'))
     return module
 
 
@@ -37,29 +41,32 @@ def _value(action):
 
 
 def _abbreviated(parser):
-    """[(argv, prefix)]: one command line per leaf parser (per sub-command)."""
+    """[(argv, prefix, flag)]: one command line per leaf parser (per sub-command), ``prefix``
+    a unique prefix of ``flag``; an optional flag is chosen when there is one, else a required
+    one (whose refusal then reads 'the following arguments are required: <flag>')."""
     cases = []
     for action in parser._actions:                      # pylint: disable=protected-access
         if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
             for name, sub in action.choices.items():
-                cases += [([name] + argv, prefix) for argv, prefix in _abbreviated(sub)]
+                cases += [([name] + argv, prefix, flag)
+                          for argv, prefix, flag in _abbreviated(sub)]
     if cases:
         return cases
     flags = [s for a in parser._actions for s in a.option_strings if s.startswith('--')]
     required = [a for a in parser._actions if a.required and a.option_strings]
     positional = [a for a in parser._actions if not a.option_strings and a.nargs != '...'
                   and a.nargs != '?']
-    for action in parser._actions:
-        if action.required or action.help == argparse.SUPPRESS:
-            continue
+    optional = [a for a in parser._actions if not a.required and a.help != argparse.SUPPRESS]
+    for action in optional + required:
         for flag in (s for s in action.option_strings if s.startswith('--') and s != '--help'):
             for end in range(4, len(flag)):
                 prefix = flag[:end]
                 if [f for f in flags if f.startswith(prefix)] == [flag]:
-                    argv = [s for a in required for s in [a.option_strings[-1]] + _value(a)]
+                    argv = [s for a in required if a is not action
+                            for s in [a.option_strings[-1]] + _value(a)]
                     argv += [prefix] + _value(action)
                     argv += [s for a in positional for s in _value(a)]
-                    return [(argv, prefix)]
+                    return [(argv, prefix, flag)]
     return []
 
 
@@ -97,9 +104,10 @@ def test_abbreviated_flags_are_refused(name, capsys):
         _run_main(module, ['--help-me-not'], None)
     cases = _abbreviated(parsed.value.args[0])
     assert cases, 'no long flag to abbreviate in {}'.format(name)
-    for argv, prefix in cases:
+    for argv, prefix, flag in cases:
         with pytest.raises(SystemExit) as exit_info:
             _run_main(module, argv, argv)
         error = capsys.readouterr().err.strip().splitlines()[-1]
-        assert exit_info.value.code == 2 and 'unrecognized arguments: {}'.format(prefix) in \
-            error, (name, argv, error)
+        refused = 'unrecognized arguments: {}'.format(prefix) in error or (
+            'the following arguments are required: ' in error and flag in error)
+        assert exit_info.value.code == 2 and refused, (name, argv, error)
