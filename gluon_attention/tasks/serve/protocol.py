@@ -43,8 +43,7 @@ class Limits:
         Characters of one context (checked before it is tokenized).
     max_features : int
         Model inputs (chunks of ``eval_max_seq_length`` tokens) of all the request's questions
-        together; a long context gives several. At the demo model's 384 tokens, 24 features
-        take about 2.5 s of one worker with 2 threads.
+        together; a long context gives several (384 tokens each for the demo model).
     """
     max_questions: int = 16
     max_context_chars: int = 10000
