@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gluon_attention.tasks import serve
-from gluon_attention.tasks.serve.handler import _predictor_class
+from gluon_attention.tasks.squad import QAPredictor
 
 from serve_helpers import ROOT, THRESHOLD, post, questions, requires_java, start_server, tiny_model
 
@@ -38,7 +38,7 @@ def server(model):
 
 
 def _reference(model, pairs):
-    predictor = _predictor_class().from_folder(str(model / 'model'), threshold=THRESHOLD)
+    predictor = QAPredictor.from_folder(str(model / 'model'), threshold=THRESHOLD)
     return [predictor.answer(p['question'], p['context']).to_dict() for p in pairs]
 
 

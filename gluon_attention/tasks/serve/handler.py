@@ -18,19 +18,12 @@ import logging
 import os
 from http import HTTPStatus
 
+from ..squad.predictor import QAPredictor
 from .protocol import SERVE_JSON, Limits, RequestError, answer_json, error_json, parse_request
 
 __all__ = ['handle', 'QAService']
 _LOG = logging.getLogger(__name__)
 _SERVICE = None
-
-
-def _predictor_class():
-    try:
-        from ..squad import QAPredictor  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        from ._predictor_standin import QAPredictor  # pylint: disable=import-outside-toplevel
-    return QAPredictor
 
 
 class QAService:
@@ -50,7 +43,7 @@ class QAService:
             settings = json.load(handle)
         folder = os.path.join(root, settings['model'])
         self.limits = Limits(**settings['limits'])
-        self.predictor = _predictor_class().from_folder(
+        self.predictor = QAPredictor.from_folder(
             folder, graph=os.path.join(root, settings['graph']),
             threshold=settings['threshold'], batch_size=settings['features_per_pass'])
         self.tokenizer = squad.load_tokenizer(folder)
