@@ -56,6 +56,15 @@ def tiny_args(model_dir, train_file):
             '--max-query-length', '16', '--threads', '1', '--no-progress', '--seed', '5']
 
 
+def script_module():
+    """scripts/run_squad.py loaded as a module, to call its ``main`` in this process."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('run_squad_script', str(SCRIPT))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_script(*args, timeout=300):
     """Run scripts/run_squad.py with ``args``; returns the CompletedProcess."""
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONWARNINGS='ignore')

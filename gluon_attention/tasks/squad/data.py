@@ -18,7 +18,8 @@ from ...data import squad
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'check_data_files', 'titles',
            'default_model_folder',
            'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
-           'load_training_features', 'heldout_examples', 'warn_shared_articles', 'eval_stride', 'load_eval_examples',
+           'load_training_features', 'heldout_examples', 'check_no_shared_data',
+           'note_evaluated_threshold_articles', 'check_not_trained_on', 'eval_stride', 'load_eval_examples',
            'eval_features']
 
 INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
@@ -137,9 +138,10 @@ def training_examples(config):
     return list(unique.values())
 
 
-def load_training_features(config, tokenizer):
-    """The kept training features and the number of training questions."""
-    examples = training_examples(config)
+def load_training_features(config, tokenizer, examples=None):
+    """The kept training features and the training questions (``examples``: those of
+    :func:`training_examples`, read here when None)."""
+    examples = training_examples(config) if examples is None else examples
     stats = {}
     features = squad.convert_examples_to_features(
         examples, tokenizer, config.max_seq_length, config.doc_stride, config.max_query_length,
@@ -167,13 +169,64 @@ def heldout_examples(config):
     return squad.read_squad(data_path(config.train_file, config.data_dir), titles=names)
 
 
-def warn_shared_articles(train_examples, eval_examples):
-    """Warn (stderr) when training and evaluation share articles."""
-    shared = {e.title for e in train_examples} & {e.title for e in eval_examples}
+def check_no_shared_data(train_examples, eval_examples, trained_titles=()):
+    """Refuse training and evaluation sets that share an article title or a paragraph.
+
+    Parameters
+    ----------
+    train_examples, eval_examples : list of SquadExample
+        The training questions (not the articles held out for the threshold: those are neither
+        training nor evaluation) and the evaluation questions.
+    trained_titles : iterable of str
+        Titles the model was trained on before (recorded by the folder it starts from).
+
+    Returns
+    -------
+    dict
+        The overlap checked, for ``metrics.json``: ``train_eval_shared_titles`` and
+        ``train_eval_shared_paragraphs``, both 0.
+
+    Raises
+    ------
+    ValueError
+        One line naming the shared titles and the number of shared paragraphs (context texts).
+    """
+    eval_titles = {e.title for e in eval_examples}
+    titles = sorted(({e.title for e in train_examples} | set(trained_titles)) & eval_titles)
+    paragraphs = ({e.context.strip() for e in train_examples}
+                  & {e.context.strip() for e in eval_examples})
+    if titles or paragraphs:
+        fail('training and evaluation must share no article and no paragraph (leave the '
+             'evaluation articles out of training with --exclude-titles, or evaluate on other '
+             'articles)', shared_titles=titles, shared_paragraphs=len(paragraphs))
+    return {'train_eval_shared_titles': 0, 'train_eval_shared_paragraphs': 0}
+
+
+def note_evaluated_threshold_articles(heldout_examples, eval_examples):
+    """Say (stderr) when articles held out to choose the null threshold are also evaluated: the
+    saved threshold is then chosen on evaluation questions (not refused: they are not training
+    data)."""
+    shared = sorted({e.title for e in heldout_examples} & {e.title for e in eval_examples})
     if shared:
-        print('warning: {} article(s) are in both the training and the evaluation data: {} '
-              '(check --exclude-titles)'.format(len(shared), ', '.join(sorted(shared)[:5])),
-              file=sys.stderr)
+        print('note: the threshold articles {} are also evaluated: the null threshold is chosen '
+              'on evaluation questions'.format(', '.join(shared)), file=sys.stderr)
+
+
+def check_not_trained_on(trained_titles, eval_examples, eval_file):
+    """Refuse to evaluate a model folder on the articles it was trained on.
+
+    ``trained_titles``: the ``trained_titles`` of the folder's ``qa_config.json``, None for a
+    folder written before they were recorded (nothing checked). Returns the overlap checked for
+    ``metrics.json`` (``{'train_eval_shared_titles': 0}``, or ``{}`` without a record);
+    ValueError naming the shared titles.
+    """
+    if trained_titles is None:
+        return {}
+    shared = sorted(set(trained_titles) & {e.title for e in eval_examples})
+    if shared:
+        fail('--eval-file must hold no article the model was trained on (the trained_titles of '
+             'its qa_config.json)', eval_file=eval_file, shared_titles=shared)
+    return {'train_eval_shared_titles': 0}
 
 
 def eval_stride(max_seq_length, max_query_length):

@@ -33,9 +33,10 @@ def contexts_of(config):
     return parse_devices(config.ctx)
 
 
-def eval_job(config, tokenizer, max_seq_length, max_query_length):
-    """The evaluation questions of ``config`` and their features, in a dict."""
-    job = {'examples': load_eval_examples(config)}
+def eval_job(config, tokenizer, max_seq_length, max_query_length, examples=None):
+    """The evaluation questions of ``config`` (``examples``: those of ``load_eval_examples``,
+    read here when None) and their features, in a dict."""
+    job = {'examples': load_eval_examples(config) if examples is None else examples}
     job['eval_features'] = eval_features(job['examples'], tokenizer, max_seq_length,
                                          max_query_length)
     print('eval: {} questions -> {} features'.format(len(job['examples']),

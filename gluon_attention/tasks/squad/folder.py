@@ -8,7 +8,9 @@
 - ``qa_head.safetensors``: the start, end and answerable heads (names as in
   :class:`~gluon_attention.models.qa.ModelForQAConditional`, e.g. ``end_scores.0.weight``);
 - the tokenizer files of the pretrained folder (``vocab.txt``, ``tokenizer.json``, ...);
-- ``qa_config.json``: head sizes, sequence lengths and the null threshold with its source.
+- ``qa_config.json``: head sizes, sequence lengths, the null threshold with its source, and
+  ``trained_titles``: the articles the model was trained on, with those of the folder it started
+  from (``evaluate`` refuses them; a folder written before the record has none).
 
 The encoder is read with ``BertEncoder.from_pretrained(folder)``; :func:`load_qa_model` puts the
 saved head on it.
@@ -31,7 +33,7 @@ from .config import TrainConfig
 from .data import default_model_folder
 
 __all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'check_model_folder', 'model_folder',
-           'save_model_folder', 'read_qa_config', 'load_qa_model']
+           'save_model_folder', 'read_qa_config', 'recorded_titles', 'load_qa_model']
 
 QA_CONFIG = 'qa_config.json'
 HEAD_FILE = 'qa_head.safetensors'
@@ -126,6 +128,14 @@ def read_qa_config(folder):
     """``qa_config.json`` of a saved model folder, as a dict."""
     with open(os.path.join(folder, QA_CONFIG), encoding='utf-8') as handle:
         return json.load(handle)
+
+
+def recorded_titles(folder):
+    """The ``trained_titles`` that ``qa_config.json`` of ``folder`` records: a list, or None for
+    a folder without ``qa_config.json`` (a pretrained encoder) or written before the record."""
+    if not os.path.isfile(os.path.join(folder, QA_CONFIG)):
+        return None
+    return read_qa_config(folder).get('trained_titles')
 
 
 def load_qa_model(folder, backbone, contexts):

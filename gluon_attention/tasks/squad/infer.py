@@ -17,7 +17,7 @@ import time
 
 from ..._checks import fail
 from ...data import squad
-from .data import check_data_files, data_path
+from .data import check_data_files, check_not_trained_on, data_path, load_eval_examples
 from .evaluation import contexts_of, eval_job, infer, score_and_write, write_predictions
 from .folder import model_folder, read_qa_config
 from .predict import describe_answer
@@ -51,10 +51,13 @@ def prepare_evaluate(config):
     contexts, folder = contexts_of(config), model_folder(config)
     model_config = read_qa_config(folder)
     threshold = config.null_threshold.resolve(model_config, config.version_2_with_negative)
+    examples = load_eval_examples(config)
+    overlap = check_not_trained_on(model_config.get('trained_titles'), examples,
+                                   config.eval_file)
     tokenizer = squad.load_tokenizer(folder)
     job = eval_job(config, tokenizer, model_config['eval_max_seq_length'],
-                   model_config['max_query_length'])
-    job.update(contexts=contexts, folder=folder, threshold=threshold)
+                   model_config['max_query_length'], examples)
+    job.update(contexts=contexts, folder=folder, threshold=threshold, overlap=overlap)
     return job
 
 
@@ -67,7 +70,7 @@ def run_evaluate(config, job):
     if config.onnx_model:
         extra['onnx_model'] = config.onnx_model
     config = dataclasses.replace(config, output_dir=results_folder(config, 'evaluate'))
-    score_and_write(config, job, outputs, job['threshold'], extra)
+    score_and_write(config, job, outputs, job['threshold'], dict(job['overlap'], **extra))
     print('metrics and predictions written to {}'.format(config.output_dir))
     return 0
 

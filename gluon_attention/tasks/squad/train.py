@@ -10,12 +10,13 @@ import time
 
 from ...data import squad
 from ..engine.config import write_run_config
-from .data import (check_data_files, check_model_fits, eval_stride, heldout_examples,
-                   load_training_features, warn_shared_articles)
+from .data import (check_data_files, check_model_fits, check_no_shared_data, eval_stride,
+                   heldout_examples, load_eval_examples, load_training_features,
+                   note_evaluated_threshold_articles, training_examples)
 from .config import NEVER_NULL
 from .evaluation import (ONNX_EXTRA, calibrate_threshold, check_export, contexts_of, eval_job,
                          infer, score_and_write)
-from .folder import model_folder, save_model_folder
+from .folder import model_folder, recorded_titles, save_model_folder
 from .loop import check_resumable, train
 from .model import build_model
 
@@ -24,26 +25,34 @@ __all__ = ['prepare_train', 'run_train']
 
 def prepare_train(config):
     """Devices, tokenizer, training features, held-out and evaluation questions; then
-    ``run_config.json`` is written."""
+    ``run_config.json`` is written. Training and evaluation questions are read first and
+    refused when they share an article or a paragraph
+    (:func:`~gluon_attention.tasks.squad.data.check_no_shared_data`; the articles the starting
+    folder records count as training), before any feature is built."""
     contexts, folder = contexts_of(config), model_folder(config)
     check_model_fits(folder, {'max_seq_length': config.max_seq_length,
                              'eval_max_seq_length': config.eval_max_seq_length,
                              'freeze_layers': config.freeze_layers})
     check_data_files(config)
     check_resumable(config)
-    tokenizer = squad.load_tokenizer(folder)
-    features, train_examples = load_training_features(config, tokenizer)
+    train_examples, eval_examples = training_examples(config), load_eval_examples(config)
+    inherited = recorded_titles(folder) or []
+    overlap = check_no_shared_data(train_examples, eval_examples, inherited)
     heldout = heldout_examples(config) if config.version_2_with_negative else []
-    job = eval_job(config, tokenizer, config.eval_max_seq_length, config.max_query_length)
-    warn_shared_articles(train_examples + heldout, job['examples'])
+    note_evaluated_threshold_articles(heldout, eval_examples)
+    tokenizer = squad.load_tokenizer(folder)
+    features, train_examples = load_training_features(config, tokenizer, train_examples)
+    job = eval_job(config, tokenizer, config.eval_max_seq_length, config.max_query_length,
+                   eval_examples)
     job.update(contexts=contexts, folder=folder, tokenizer=tokenizer, features=features,
-               heldout=heldout)
+               heldout=heldout, overlap=overlap,
+               trained_titles=sorted({e.title for e in train_examples} | set(inherited)))
     write_run_config(config.output_dir, config)
     return job
 
 
-def _qa_config(model, config, calibration):
-    return dict(calibration, head_units=model.backbone.config['units'],
+def _qa_config(model, config, calibration, trained_titles):
+    return dict(calibration, trained_titles=trained_titles, head_units=model.backbone.config['units'],
                 head_dropout=config.classifier_dropout, max_seq_length=config.max_seq_length,
                 doc_stride=config.doc_stride, eval_max_seq_length=config.eval_max_seq_length,
                 eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length),
@@ -67,12 +76,12 @@ def run_train(config, job):
     else:
         calibration = {'null_threshold': None, 'null_threshold_source': NEVER_NULL}
     save_model_folder(model, os.path.join(config.output_dir, 'model'), job['folder'],
-                      _qa_config(model, config, calibration))
+                      _qa_config(model, config, calibration, job['trained_titles']))
     start = time.time()
     inference, outputs = infer(model, job['eval_features'], config, contexts[0])
     threshold = config.null_threshold.resolve(calibration, config.version_2_with_negative)
     results = score_and_write(config, job, outputs, threshold, dict(
-        calibration, train_steps=steps, train_seconds=round(train_seconds, 1),
+        calibration, **job['overlap'], train_steps=steps, train_seconds=round(train_seconds, 1),
         eval_seconds=round(time.time() - start, 1),
         train_features_per_second=round(steps * result.features_per_step
                                         / max(train_seconds, 1e-9), 2)))

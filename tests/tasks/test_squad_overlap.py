@@ -1,0 +1,97 @@
+"""No evaluation data in training: train refuses training and evaluation sets that share an
+article title or a paragraph (the articles held out for the threshold count as neither), before
+any work; a model folder records the titles it was trained on, with those of the folder it
+started from, and evaluate refuses them; a folder without the record evaluates as before."""
+import json
+import shutil
+
+import pytest
+
+from conftest import squad_file
+from gluon_attention.tasks.squad.train import prepare_train
+from squad_tiny import make_tiny_bert, make_train_file, read_json, script_module, tiny_args
+
+run_squad = script_module()
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp('overlap')
+    return {'root': root, 'bert': make_tiny_bert(root / 'bert'),
+            'train': make_train_file(root / 'train.json')}
+
+
+def _squad(path, articles):
+    path.write_text(json.dumps({'version': 'v2.0', 'data': articles}), encoding='utf-8')
+    return str(path)
+
+
+def _articles(name, titles, paragraphs=1):
+    raw = json.loads(squad_file(name).read_text(encoding='utf-8'))['data']
+    return [dict(a, paragraphs=a['paragraphs'][:paragraphs]) for a in raw if a['title'] in titles]
+
+
+def _refused(args, capsys):
+    """The one error line of a run_squad.py command refused before any work."""
+    with pytest.raises(SystemExit) as info:
+        run_squad.main(args)
+    assert info.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    return line
+
+
+def test_train_refuses_a_shared_title_or_paragraph_before_any_work(files, tmp_path, capsys):
+    normans = _articles('haystack-small', {'Normans'})
+    renamed = [dict(normans[0], title='Not_the_Normans')]
+    cases = ((normans, "shared_titles=['Normans'], shared_paragraphs=1"),
+             (renamed, 'shared_titles=[], shared_paragraphs=1'))
+    for index, (extra, received) in enumerate(cases):
+        extra_file = _squad(tmp_path / 'extra{}.json'.format(index), extra)
+        out = tmp_path / 'out{}'.format(index)
+        args = tiny_args(files['bert'], files['train']) + ['--extra-train-file', extra_file]
+        line = _refused(['train', '--output-dir', str(out)] + args, capsys)
+        assert line == (
+            'run_squad.py: error: training and evaluation must share no article and no '
+            'paragraph (leave the evaluation articles out of training with --exclude-titles, or '
+            'evaluate on other articles). Received: {}'.format(received))
+        assert not out.exists()
+
+
+def test_threshold_articles_are_not_counted_as_shared(files, tmp_path, capsys):
+    """Huguenot is held out of training for the threshold and is in the evaluation file."""
+    eval_file = _squad(tmp_path / 'eval.json', _articles('cs224n-16articles', {'Huguenot'}))
+    args = tiny_args(files['bert'], files['train']) + ['--eval-file', eval_file]
+    config = run_squad.parse_config(['train', '--output-dir', str(tmp_path / 'out')] + args)[1]
+    job = prepare_train(config)
+    assert job['overlap'] == {'train_eval_shared_titles': 0, 'train_eval_shared_paragraphs': 0}
+    assert job['trained_titles'] == ['Steam_engine']
+    assert 'Huguenot' in capsys.readouterr().err      # the note: threshold chosen on them
+
+
+def test_the_folder_records_its_titles_and_evaluate_refuses_them(files, tmp_path, capsys):
+    start = tmp_path / 'start'
+    shutil.copytree(files['bert'], start)
+    (start / 'qa_config.json').write_text(json.dumps({'trained_titles': ['Packet_switching']}))
+    out = tmp_path / 'run'
+    args = tiny_args(start, files['train']) + ['--skip-export']
+    assert run_squad.main(['train', '--output-dir', str(out)] + args) == 0
+    titles = ['Packet_switching', 'Steam_engine']
+    assert read_json(out / 'model' / 'qa_config.json')['trained_titles'] == titles
+    metrics = read_json(out / 'metrics.json')
+    assert (metrics['train_eval_shared_titles'], metrics['train_eval_shared_paragraphs']) == (0, 0)
+
+    trained = _squad(tmp_path / 'trained.json', _articles('cs224n-16articles', {
+        'Normans', 'Steam_engine', 'Packet_switching'}))
+    line = _refused(['evaluate', '--model-dir', str(out / 'model'), '--eval-file', trained,
+                     '--output-dir', str(tmp_path / 'e'), '--threads', '1'], capsys)
+    assert line == (
+        'run_squad.py: error: --eval-file must hold no article the model was trained on (the '
+        'trained_titles of its qa_config.json). Received: eval_file={!r}, shared_titles={}'
+        .format(trained, titles))
+    assert not (tmp_path / 'e').exists()
+
+    # a folder started from this one is refused on Packet_switching too, before any work
+    line = _refused(['train', '--output-dir', str(tmp_path / 'again')]
+                    + tiny_args(out / 'model', files['train'])
+                    + ['--eval-file', trained, '--max-eval-examples', '0'], capsys)
+    assert "shared_titles=['Packet_switching', 'Steam_engine']" in line
