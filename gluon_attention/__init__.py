@@ -20,6 +20,6 @@ from .core.cells import (AdditiveAttention, DotProductAttention, MultiHeadAttent
                          MultiHeadAttention)
 from .models.encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
 from .models.nli import Attend, Compare, Aggregate, DecomposableAttention
-from .models.qa import ModelForQAConditional, QAInference, qa_loss
+from .models.qa import ModelForQAConditional, QAInference, qa_loss, qa_loss_parts
 
 fused.load()   # registers the fused kernel's operator when it is built

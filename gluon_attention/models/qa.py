@@ -21,7 +21,7 @@ from ..core.fused import refuse_off_cpu, resolve
 from ..core.fused_rowwise import ResidualLayerNorm
 from ..core.softmax import masked_log_softmax, masked_softmax
 
-__all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss']
+__all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss', 'qa_loss_parts']
 
 
 def _dense(units, kind=nn.Dense):
@@ -269,7 +269,23 @@ def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_pos
     answerable term (0 leaves the answerable head untrained on it). Imperatively, positions
     outside [0, T), labels other than 0/1 or a batch size other than B raise ValueError.
     Returns a () array: ``-0.5 * mean(start[gold] + end[gold])
-    - answerable_weight * mean(sample_weight * answerable[is_impossible])``.
+    - answerable_weight * mean(sample_weight * answerable[is_impossible])``, the sum of the two
+    terms of :func:`qa_loss_parts`.
+    """
+    span, answerable = qa_loss_parts(start_logits, end_logits, answerable_logits,
+                                     start_position, end_position, is_impossible,
+                                     answerable_weight, sample_weight)
+    return span + answerable
+
+
+@_checks.validated_by(_check_loss_inputs)
+def qa_loss_parts(start_logits, end_logits, answerable_logits, start_position, end_position,
+                  is_impossible, answerable_weight=1.0, sample_weight=None):
+    """The two terms of :func:`qa_loss` (same arguments, same checks): (span, answerable).
+
+    Returns two () arrays: the span loss ``-0.5 * mean(start[gold] + end[gold])`` and the
+    weighted answerable loss ``-answerable_weight * mean(sample_weight *
+    answerable[is_impossible])``; :func:`qa_loss` is their sum.
     """
     F = get_F(start_logits)
     span = F.npx.pick(start_logits, start_position, axis=-1) + \
@@ -277,4 +293,4 @@ def qa_loss(start_logits, end_logits, answerable_logits, start_position, end_pos
     answerable = F.npx.pick(answerable_logits, is_impossible, axis=-1)
     if sample_weight is not None:
         answerable = answerable * sample_weight
-    return -0.5 * F.np.mean(span) - answerable_weight * F.np.mean(answerable)
+    return -0.5 * F.np.mean(span), -(answerable_weight * F.np.mean(answerable))

@@ -186,9 +186,19 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
     assert not (tmp_path / 'killed' / 'metrics.json').exists()
     capsys.readouterr()
     resumed = script.main(args + ['--output-dir', str(tmp_path / 'killed')])
-    assert 'resuming from step 3 of 6 (after epoch 1)' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'resuming from step 3 of 6 (after epoch 1)' in out
     assert [h['steps'] for h in straight['history']] == [3, 6]
     assert _without_run_specifics(resumed) == _without_run_specifics(straight)
+    # the training log: a row per step (6 steps), the resumed run's rows after its checkpoint
+    assert [line.split(':')[0] for line in out.splitlines() if line.startswith('step ')] == [
+        'step 4/6', 'step 5/6', 'step 6/6']
+    assert out.splitlines()[-1].startswith('model: {}'.format(tmp_path / 'killed' / 'best.params'))
+    logs = [[{k: v for k, v in json.loads(line).items()
+              if k in ('step', 'loss', 'lr', 'grad_norm')}
+             for line in (tmp_path / run / 'train_log.jsonl').read_text().splitlines()]
+            for run in ('straight', 'killed')]
+    assert [row['step'] for row in logs[1]] == [1, 2, 3, 4, 5, 6] and logs[0] == logs[1]
 
     before = {p.name: p.read_bytes() for p in (tmp_path / 'killed').iterdir() if p.is_file()}
     with pytest.raises(SystemExit, match=r'other options \(--lr: 0\.001 there, 0\.01 now\).*'

@@ -71,6 +71,8 @@ def test_last_row_reproduces_the_metrics_of_the_run(curve_run):
 def test_curve_png_is_drawn(curve_run):
     png = (curve_run['run'] / 'curve.png').read_bytes()
     assert png.startswith(b'\x89PNG\r\n\x1a\n') and len(png) > 10000
+    # four panels of 2.4 inches at 110 dpi: F1, AUC, the training loss of train_log.jsonl, load
+    assert int.from_bytes(png[20:24], 'big') == round((2.4 * 4 + 0.6) * 110)
 
 
 def test_without_matplotlib_the_csv_is_written_with_the_install_hint(curve_run, tmp_path, capsys,

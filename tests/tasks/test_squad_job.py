@@ -56,6 +56,22 @@ def test_train_writes_config_model_folder_and_threshold_from_heldout_articles(ti
     assert read_json(run / 'export' / 'check.json')['status'] == 'ok'
 
 
+def test_train_without_progress_bars_logs_every_step_of_a_short_run_and_says_where_it_wrote(tiny):
+    rows = [json.loads(line) for line in (tiny['run'] / 'train_log.jsonl').read_text().splitlines()]
+    assert [row['step'] for row in rows] == [1, 2, 3]           # 3 steps: a row each
+    assert {'loss', 'span', 'answerable', 'lr', 'grad_norm', 'features_per_second',
+            'train_seconds', 'seconds_left'} <= set(rows[0])
+    lines = [line for line in tiny['stdout'].splitlines() if line.startswith('step ')]
+    assert [line.split(':')[0] for line in lines] == ['step 1/3', 'step 2/3', 'step 3/3']
+    for row, line in zip(rows, lines):
+        assert row['loss'] == pytest.approx(row['span'] + row['answerable'], rel=1e-5)
+        assert 'loss {:.4f} (span {:.4f}, answerable {:.4f}), lr {:.2e}, '.format(
+            row['loss'], row['span'], row['answerable'], row['lr']) in line
+        assert 'features/s' in line and line.endswith(' left')
+    assert tiny['stdout'].splitlines()[-1].startswith('model folder: {}; metrics: {}'.format(
+        tiny['run'] / 'model', tiny['run'] / 'metrics.json'))
+
+
 def test_saved_encoder_has_standard_bert_names_and_shapes(tiny):
     config, tensors, _ = read_checkpoint(tiny['run'] / 'model')
     assert set(tensors) == set(_bert_name_map(config['num_layers']))

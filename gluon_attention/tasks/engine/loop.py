@@ -19,6 +19,7 @@ import numpy as onp
 from ... import _checks
 from .checkpoints import CheckpointManager
 from .common import seed_step
+from .train_log import TrainLog
 
 __all__ = ['StepConfig', 'StepResult', 'linear_warmup_decay', 'train_steps']
 
@@ -88,7 +89,8 @@ def _resume(manager, net, engine, total, epochs):
 
 
 def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_dir=None,
-                meta=None, on_step=None, schedule=None, epoch_ends=(), on_epoch_end=None):
+                meta=None, on_step=None, schedule=None, epoch_ends=(), on_epoch_end=None,
+                log=None):
     """Run (or resume) the steps of ``batches`` with ``engine``; returns (first step, seconds).
 
     Parameters
@@ -119,6 +121,10 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
         ``on_epoch_end(epoch, steps)`` (epoch 1-based, steps run so far) on every worker after
         the last step of an epoch, before the checkpoint saved there; a dict it returns
         updates ``meta`` from that checkpoint on.
+    log : TrainLog, optional
+        Fed after every step (after ``on_step``); the chief prints a line and writes a row of
+        ``train_log.jsonl`` every ``log.every`` steps. None: a :class:`TrainLog` that prints
+        about 20 lines and writes no file.
 
     Returns
     -------
@@ -141,7 +147,10 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
     begin, earlier = _resume(manager, net, engine, len(batches), epochs)
     schedule = schedule or (lambda s, n: linear_warmup_decay(s, n, config.lr, config.warmup_ratio))
     meta, started, seconds = dict(meta or {}), time.time(), earlier
+    log = log if log is not None else TrainLog()
+    log.open(begin, len(batches), engine.is_chief)
     for step in range(begin, len(batches)):
+        step_started = time.time()
         seed_step(config.seed, step * engine.num_workers + engine.rank)
         shard, loss = engine.shard(batches[step]), 0.0
         for ids in onp.array_split(shard, config.grad_accum_steps):
@@ -149,8 +158,10 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
         lr = schedule(step, len(batches))
         norm = engine.step(len(batches[step]), lr, config.max_grad_norm)
         seconds = round(earlier + time.time() - started, 1)
+        result = StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard), loss)
         if on_step is not None:
-            on_step(StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard), loss))
+            on_step(result)
+        log.record(result, seconds, time.time() - step_started, len(batches[step]))
         if step + 1 in epochs and on_epoch_end is not None:
             meta.update(on_epoch_end(epochs[step + 1], step + 1) or {})
         every = config.checkpoint_every

@@ -2,8 +2,8 @@
 
 ``--help`` and ``<output-dir>/run_config.json`` are generated from :class:`NLIConfig`. Every option
 but where and how the run goes (``data_dir``, ``output_dir``, ``ctx``, ``kvstore``, ``threads``,
-``progress``) is a recipe option (:func:`~gluon_attention.tasks.engine.config.recipe_option`): it shapes the
-trained model, and a checkpoint only resumes a run whose recipe options are all equal.
+``progress``, ``log_every``) is a recipe option
+(:func:`~gluon_attention.tasks.engine.config.recipe_option`): it shapes the trained model, and a checkpoint only resumes a run whose recipe options are all equal.
 """
 import dataclasses
 
@@ -55,13 +55,15 @@ class NLIConfig:
                   'the pairs of one update, shared among the workers)', choices=KVSTORES)
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
+    log_every: int = option(0, 'print a line and add a row to <output-dir>/train_log.jsonl every '
+                            'N updates (0: about 20 in the run)')
 
 
 def check_config(config):
     """Raise ValueError (naming the option and its value) for a value no run can use."""
     for name in ('min_count', 'max_length', 'embed_size', 'num_hiddens', 'epochs', 'batch_size'):
         _checks.check_positive_int(name, getattr(config, name))
-    for name in ('max_train', 'max_steps', 'threads'):
+    for name in ('max_train', 'max_steps', 'threads', 'log_every'):
         if getattr(config, name) < 0:
             _checks.fail('{} must be 0 or more'.format(name), **{name: getattr(config, name)})
     if not 0 <= config.dropout < 1:

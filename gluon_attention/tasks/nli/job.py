@@ -26,6 +26,7 @@ from ..engine.config import recipe, write_run_config
 from ..engine.distributed import DataParallel
 from ..engine.launch import check_kvstore
 from ..engine.loop import StepConfig, train_steps
+from ..engine.train_log import TRAIN_LOG, TrainLog
 from ..export.block import export_and_check
 from .config import NLIConfig, check_config
 from .model import (EVAL_BATCH_SIZE, INPUT_DTYPES, INPUT_NAMES, data_paths, load_data,
@@ -193,7 +194,8 @@ def _fit(config, ctx, encoded, valid_encoded, model, entry):
                     StepConfig(seed=config.seed, max_grad_norm=0.0),
                     checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
                     schedule=lambda step, total: config.lr, epoch_ends=epoch_ends,
-                    on_step=epochs.on_step, on_epoch_end=epochs.on_epoch_end)
+                    on_step=epochs.on_step, on_epoch_end=epochs.on_epoch_end,
+                    log=TrainLog(config.output_dir, config.log_every, 'pairs'))
     finally:
         if epochs.bar is not None:
             epochs.bar.close()
@@ -271,6 +273,11 @@ def train(config, data=None, entry=_UNCHECKED):
               metrics['accuracy'], metrics['majority_baseline']['accuracy'],
               metrics['majority_baseline']['label'], metrics['macro_f1'],
               metrics['export']['max_abs_logit_diff']))
+    out = config.output_dir
+    print('model: {} (config.json, vocab.json beside it); metrics: {}; training log: {}; '
+          'export: {}-*'.format(os.path.join(out, 'best.params'),
+                                os.path.join(out, 'metrics.json'), os.path.join(out, TRAIN_LOG),
+                                os.path.join(out, 'model')))
     return metrics
 
 

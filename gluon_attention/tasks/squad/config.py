@@ -245,6 +245,8 @@ class TrainConfig(EvalFileOptions):
     checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
     keep_checkpoints: int = option(2, 'checkpoints kept on disk, the newest (0: every one, for '
                                    'the learning curve of the curve command)')
+    log_every: int = option(0, 'print a line and add a row to <output-dir>/train_log.jsonl every '
+                            'N steps (0: about 20 in the run)')
     kvstore: str = option(
         'device', 'gradient summation: device or local in one process; dist_sync or '
                   'dist_device_sync in a job started by scripts/launch.py (a step then holds '
@@ -270,7 +272,8 @@ class CurveConfig:
 _POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'grad_accum_steps', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
              'max_answer_length', 'start_top_n', 'end_top_n')
-_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints')
+_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints',
+           'log_every')
 _FINITE = ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight', 'head_lr_mult')
 _FRACTIONS = ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio')
 _DROPOUTS = ('dropout', 'attention_dropout', 'classifier_dropout')

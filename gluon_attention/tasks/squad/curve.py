@@ -7,7 +7,8 @@ the held-out articles as ``train`` chooses it
 (:func:`~gluon_attention.tasks.squad.evaluation.calibrate_threshold`), and it is scored on the run's
 evaluation questions (:func:`~gluon_attention.tasks.squad.evaluation.evaluate`). Each checkpoint
 gives one row of ``<output-dir>/curve.csv`` (:data:`CURVE_COLUMNS`), rewritten atomically after each
-one; ``curve.png`` draws the rows with the machine's load average when each checkpoint was saved.
+one; ``curve.png`` draws the rows, the training loss of ``train_log.jsonl`` and the machine's load
+average when each checkpoint was saved.
 """
 import csv
 import dataclasses
@@ -19,6 +20,7 @@ from ...data import squad
 from ..engine.common import atomic_path
 from ..engine.config import RUN_CONFIG, read_run_config
 from ..engine.checkpoints import CheckpointManager
+from ..engine.train_log import TRAIN_LOG, read_train_log
 from .config import TrainConfig
 from .data import heldout_examples
 from .evaluation import calibrate_threshold, contexts_of, eval_job, evaluate, infer
@@ -167,10 +169,20 @@ def _draw_load(axis, rows):
     axis.set_ylim(bottom=0)
 
 
-def draw_curve(rows, path, title=''):
+def _draw_loss(axis, log_rows):
+    steps = [row['step'] for row in log_rows]
+    for name, style in (('loss', 'k.-'), ('span', 'b.--'), ('answerable', 'g.--')):
+        if all(name in row for row in log_rows):
+            axis.plot(steps, [row[name] for row in log_rows], style, label='training ' + name)
+    axis.set_ylabel('loss')
+    axis.set_ylim(bottom=0)
+
+
+def draw_curve(rows, path, title='', log_rows=()):
     """Draw the rows of ``curve.csv`` to the PNG file ``path`` (atomically): F1 (percent), the
-    null-odds AUC and, where recorded, the 1-minute load average against the machine's cores,
-    each against the training step.
+    null-odds AUC, the training loss (with its span and answerable terms) of ``log_rows`` (the
+    rows of ``train_log.jsonl``, when given) and, where recorded, the 1-minute load average
+    against the machine's cores, each against the training step.
 
     Returns the path, or None (with a line saying ``pip install gluon_attention[plots]``) when
     matplotlib is not installed.
@@ -180,12 +192,15 @@ def draw_curve(rows, path, title=''):
     except ImportError as error:
         print('curve.png skipped ({}): {}'.format(error, PLOTS_EXTRA))
         return None
-    panels = 3 if any(row.get('load_1m') is not None for row in rows) else 2
+    load = any(row.get('load_1m') is not None for row in rows)
+    panels = 2 + bool(log_rows) + load
     figure = Figure(figsize=(7, 2.4 * panels + 0.6), layout='constrained')
     axes = figure.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     _draw_scores(axes[0], axes[1], rows)
-    if panels == 3:
-        _draw_load(axes[2], rows)
+    if log_rows:
+        _draw_loss(axes[2], log_rows)
+    if load:
+        _draw_load(axes[-1], rows)
     for axis in axes:
         axis.grid(alpha=0.3)
         axis.legend(fontsize='small')
@@ -228,7 +243,8 @@ def run_curve(config, job):
         len(rows), len(rows) - kept, kept, path))
     if config.plot:
         title = 'learning curve of {}'.format(os.path.basename(os.path.abspath(config.output_dir)))
-        drawn = draw_curve(read_curve(path), os.path.join(config.output_dir, 'curve.png'), title)
+        drawn = draw_curve(read_curve(path), os.path.join(config.output_dir, 'curve.png'), title,
+                           read_train_log(os.path.join(config.output_dir, TRAIN_LOG)))
         if drawn:
             print('drawn: {}'.format(drawn))
     return 0

@@ -19,12 +19,13 @@ from tqdm import tqdm
 
 from ..._checks import fail
 from ...data import squad
-from ...models.qa import qa_loss
+from ...models.qa import qa_loss_parts
 from ..engine.checkpoints import check_resume
 from ..engine.config import recipe
 from ..engine.distributed import DataParallel
 from ..engine.launch import check_kvstore
 from ..engine.loop import StepConfig, train_steps
+from ..engine.train_log import LossParts, TrainLog
 from .data import INPUT_NAMES
 
 __all__ = ['schedule', 'features_per_step', 'check_resumable', 'train',
@@ -110,14 +111,17 @@ def check_resumable(config):
                         defaults=recipe(type(config)()), compared=_recorded)
 
 
-def _summed_loss(model, config):
-    """The loss of the engine: :func:`~gluon_attention.models.qa.qa_loss` summed over a part."""
+def _summed_loss(model, config, parts):
+    """The loss of the engine: :func:`~gluon_attention.models.qa.qa_loss` (the sum of its span
+    and answerable terms, each added to ``parts``) summed over a part."""
     def loss_fn(part):
-        start, end, answerable = model(*[part[k] for k in INPUT_NAMES], part['start_position'])
-        loss = qa_loss(start, end, answerable, part['start_position'], part['end_position'],
-                       part['is_impossible'], config.answerable_weight,
-                       part['answerable_loss_weight'])
-        return loss * part['input_ids'].shape[0]
+        start, end, null = model(*[part[k] for k in INPUT_NAMES], part['start_position'])
+        span, answerable = qa_loss_parts(
+            start, end, null, part['start_position'], part['end_position'],
+            part['is_impossible'], config.answerable_weight, part['answerable_loss_weight'])
+        size = part['input_ids'].shape[0]
+        parts.add(span=span * size, answerable=answerable * size)
+        return (span + answerable) * size
     return loss_fn
 
 
@@ -184,12 +188,14 @@ def train(model, features, config, contexts):
     per_step = features_per_step(config, engine.num_workers)
     batches = schedule(features, config, engine.num_workers)
     progress = _Progress(len(batches), per_step, config.progress and engine.is_chief)
+    parts = LossParts()
     try:
         first, seconds = train_steps(
-            model, engine, _summed_loss(model, config), batches,
+            model, engine, _summed_loss(model, config, parts), batches,
             lambda ids: squad.batchify([features[i] for i in ids], round_to=8),
             _step_config(config), checkpoint_dir=os.path.join(config.output_dir, 'checkpoints'),
-            meta={'recipe': recipe(config), 'features_per_step': per_step}, on_step=progress)
+            meta={'recipe': recipe(config), 'features_per_step': per_step}, on_step=progress,
+            log=TrainLog(config.output_dir, config.log_every, 'features', parts))
     finally:
         progress.close()
     return TrainResult(len(batches), len(batches) - first, seconds, per_step, engine.is_chief)

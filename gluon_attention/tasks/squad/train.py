@@ -10,6 +10,7 @@ import time
 
 from ...data import squad
 from ..engine.config import write_run_config
+from ..engine.train_log import TRAIN_LOG
 from .data import (check_data_files, check_model_fits, check_no_shared_data, eval_stride,
                    heldout_examples, load_eval_examples, load_training_features,
                    note_evaluated_threshold_articles, training_examples)
@@ -85,15 +86,32 @@ def run_train(config, job):
         eval_seconds=round(time.time() - start, 1),
         train_features_per_second=round(steps * result.features_per_step
                                         / max(train_seconds, 1e-9), 2)))
-    if config.skip_export:
-        return 0
+    status = 0 if config.skip_export else _check_exports(inference, job, outputs, config,
+                                                         results, threshold)
+    _say_where(config)
+    return status
+
+
+def _check_exports(inference, job, outputs, config, results, threshold):
+    """Export, reload and compare (and with ``--onnx`` ONNX Runtime); the exit status."""
     check = check_export(inference, job['examples'], job['eval_features'], outputs, config,
-                         results['final_predictions'], threshold.value, contexts[0])
+                         results['final_predictions'], threshold.value, job['contexts'][0])
     print('export check: {identical}/{total} predictions identical after reload; max |output '
           'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
     onnx_check = _check_onnx(job, outputs, config, threshold.value) if config.onnx else None
     failed = check['status'] != 'ok' or (onnx_check and onnx_check['status'] != 'ok')
     return 1 if failed else 0
+
+
+def _say_where(config):
+    """The last line of a train run: where its outputs went."""
+    out = config.output_dir
+    print('model folder: {}; metrics: {} (predictions.json, null_odds.json, '
+          'nbest_predictions.json beside it); training log: {}{}'.format(
+              os.path.join(out, 'model'), os.path.join(out, 'metrics.json'),
+              os.path.join(out, TRAIN_LOG),
+              '' if config.skip_export else '; export: {}'.format(
+                  os.path.join(out, 'export', ''))))
 
 
 def _check_onnx(job, outputs, config, threshold):
