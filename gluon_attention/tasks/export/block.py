@@ -11,7 +11,6 @@ fresh process on saved batches (``batch<i>/<input name>`` arrays) and saves its 
 import json
 import os
 import sys
-import warnings
 
 import mxnet as mx
 import numpy as onp
@@ -20,7 +19,7 @@ from ... import _checks
 from ...core import fused
 from ..engine.common import atomic_path, atomic_write_json
 
-__all__ = ['export_and_check', 'export_block', 'import_block', 'run_exported']
+__all__ = ['export_and_check', 'export_block', 'import_block', 'load', 'run_exported']
 
 
 def _graph_files(prefix, epoch):
@@ -77,8 +76,9 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
             'mxnet_version': mx.__version__, 'numpy_mode': True}
     if used:
         spec['custom_operators'] = dict.fromkeys(
-            used, 'the fused kernel library: `import gluon_attention` (or mx.library.load of '
-                  'gluon_attention.fused.library_path()) before SymbolBlock.imports')
+            used, 'the fused kernel library: gluon_attention.export.load(prefix) loads it '
+                  '(with SymbolBlock.imports: `import gluon_attention`, or mx.library.load of '
+                  'gluon_attention.fused.library_path(), first)')
     paths['inputs'] = '%s-inputs.json' % prefix
     atomic_write_json(paths['inputs'], spec)
     return paths
@@ -87,8 +87,7 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
 def import_block(prefix, ctx=None):
     """Load what :func:`export_block` wrote as a ``SymbolBlock`` (numpy mode).
 
-    Returns ``(block, spec)`` where ``spec`` is the inputs JSON. Raises ValueError when a file is
-    missing, RuntimeError when the graph needs the fused kernel and it cannot be loaded.
+    Returns ``(block, spec)`` where ``spec`` is the inputs JSON; see :func:`load`.
     """
     spec_path = '%s-inputs.json' % prefix
     if not os.path.exists(spec_path):
@@ -99,12 +98,50 @@ def import_block(prefix, ctx=None):
         raise RuntimeError('{} uses the fused kernel library, which cannot be loaded here: '
                            '{}'.format(prefix, fused.load_error()))
     files = _graph_files(prefix, spec['epoch'])
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')     # "Cannot decide type for the following arguments"
-        with mx.util.np_shape(True), mx.util.np_array(True):
-            block = mx.gluon.SymbolBlock.imports(files['symbol'], spec['graph_input_names'],
-                                                 files['params'], ctx=ctx or mx.cpu())
+    # Inputs declared with their dtypes: the parameters' types are inferred from them (the
+    # untyped inputs of SymbolBlock.imports warn "Cannot decide type for the following
+    # arguments"). A spec without dtypes (none is written so) would fall back to float32.
+    dtypes = spec.get('input_dtypes') or ['float32'] * len(spec['graph_input_names'])
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        inputs = [mx.sym.var(name, dtype=dtype).as_np_ndarray()
+                  for name, dtype in zip(spec['graph_input_names'], dtypes)]
+        block = mx.gluon.SymbolBlock(mx.sym.load(files['symbol']).as_np_ndarray(), inputs)
+        block.collect_params().load(files['params'], ctx or mx.cpu(), cast_dtype=True,
+                                    dtype_source='saved')
     return block, spec
+
+
+def load(prefix, ctx=None):
+    """The documented reload path: the block :func:`export_block` wrote at ``prefix``, ready to
+    call with the inputs named in ``<prefix>-inputs.json``.
+
+    Reads ``<prefix>-inputs.json`` (input names and dtypes), loads this library's custom
+    operators first when the graph uses them (so a fresh process needs no ``import`` order and
+    never fails with ``Operator ga_fused_attention is not registered``), and declares each input
+    with its dtype, so that no "Cannot decide type" warning is printed.
+
+    Parameters
+    ----------
+    prefix : str
+        As given to :func:`export_block` (``<prefix>-symbol.json``, ``-0000.params``,
+        ``-inputs.json``).
+    ctx : mx.Context, optional
+        Where the parameters go (default CPU).
+
+    Returns
+    -------
+    mx.gluon.SymbolBlock
+        Numpy mode; call it positionally with ``mx.np`` arrays of the recorded dtypes.
+
+    Raises
+    ------
+    ValueError
+        ``<prefix>-inputs.json`` is missing.
+    RuntimeError
+        The graph uses the fused kernel library and it cannot be loaded here (not built, or
+        another MXNet).
+    """
+    return import_block(prefix, ctx)[0]
 
 
 def _run(block, batch, dtypes, ctx):
