@@ -51,8 +51,11 @@ test: venv
 test-full: venv
 	GA_FULL_TESTS=1 $(PY) -m pytest -q tests
 
+# ARGS first, so that a command (train, the default; evaluate, predict, curve) leads, as make nli;
+# --threads and --data-dir from THREADS and DATA_DIR unless ARGS gives them (curve reads its run's).
 demo: venv
-	$(PY) scripts/run_squad.py --threads $(THREADS) --data-dir $(DATA_DIR) $(ARGS)
+	$(PY) scripts/run_squad.py $(ARGS) $(if $(findstring --threads,$(ARGS)),,--threads $(THREADS)) \
+	    $(if $(filter curve,$(firstword $(ARGS)))$(findstring --data-dir,$(ARGS)),,--data-dir $(DATA_DIR))
 
 # Two workers of 8 features per forward pass: 16 features per step, the demo's global batch
 # (a step holds --batch-size x --grad-accum-steps x workers features); half the threads each.

@@ -140,6 +140,19 @@ def test_every_option_has_help_with_its_default():
     assert '> 0 wins over --epochs' in epochs.help
 
 
+def test_help_names_only_flags_of_its_own_command():
+    """A help text that refers to another flag names one the command has (or says whose it
+    is: "train's --threshold-titles")."""
+    parser = run_squad.build_parser()
+    for command in run_squad.COMMANDS:
+        sub = parser._subparsers._group_actions[0].choices[command]  # pylint: disable=W0212
+        flags = {flag for action in sub._actions for flag in action.option_strings}
+        flags |= {'--no-' + f[2:] for f in flags}
+        for action in sub._actions:
+            named = set(re.findall(r"(?<!train's )(--[a-z][a-z0-9-]*)", action.help or ''))
+            assert named <= flags, (command, action.dest, named - flags)
+
+
 def test_export_inference_script_round_trip(tmp_path):
     """scripts/export_inference.py: export, reload in a fresh process at another B and T."""
     proc = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'export_inference.py'),

@@ -230,3 +230,26 @@ def test_max_steps_wins_over_epochs():
     assert len(by_epochs) == math.ceil(2 * 50 / 12)
     assert sorted(len(step) for step in by_epochs[:5]) == [2, 12, 12, 12, 12]   # one epoch
     assert sorted(onp.concatenate(by_epochs[:5]).tolist()) == list(range(50))
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(
+        'example_' + name, str(SCRIPT.parents[1] / 'docs' / 'examples' / (name + '.py')))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize('question', [None, 'Who gave their name to Normandy?'])
+def test_docs_examples_answer_from_raw_text_as_qapredictor_does(tiny, question, capsys):
+    """docs/examples: the exported graph in MXNet and the ONNX model in plain ONNX Runtime, on
+    inputs built from the tokenizer, decode to QAPredictor's answer, best span and scores."""
+    argv = [str(tiny['run'])] + (['--question', question] if question else [])
+    raw, answer = _example('qa_mxnet').main(argv)
+    assert raw[:2] == (answer.text, answer.best_span)
+    assert raw[2] == pytest.approx(answer.score, abs=1e-4)
+    assert raw[3] == pytest.approx(answer.null_score_diff, abs=1e-4)
+    pytest.importorskip('onnxruntime')
+    onnx = _example('qa_onnx').main(argv)
+    assert onnx[:2] == raw[:2] and onnx[2:] == pytest.approx(raw[2:], abs=1e-4)
+    assert 'ONNX Runtime: ' in capsys.readouterr().out

@@ -114,8 +114,8 @@ class QAOptions:
     null_score_diff_threshold: str = option(
         'auto', "a question's answer is '' where its null score difference (log P(impossible) - "
                 "log P(answerable), minimum over its chunks) exceeds this number; 'auto': the "
-                'threshold chosen on the held-out training articles (see --threshold-titles), '
-                'saved in the model folder')
+                'threshold saved in the model folder, which train chose on its held-out '
+                "training articles (train's --threshold-titles)")
     data_dir: str = option('', "the data folder holding the named SQuAD files ('': $GA_DATA_DIR, "
                            'else ../shared/data from the repository root; see docs/data.md)')
     ctx: str = option('cpu', "devices, e.g. cpu, gpu(0), 'cpu(0),cpu(1)' (data parallel)")

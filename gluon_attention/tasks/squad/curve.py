@@ -33,9 +33,9 @@ __all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'prepare_curve', 'score_che
 #: The columns of ``curve.csv``: the step and training seconds of the checkpoint (seconds empty
 #: when unknown); null-odds AUC; F1 on the answerable questions at the held-out threshold
 #: (``HasAns_f1``, as ``metrics.json``) and when always answering (the spans alone); the F1 of
-#: the best threshold on the evaluation answers (oracle); the F1 at the threshold chosen on the
-#: held-out articles (``calibrated_f1``: what ``train`` reports as ``f1``) and that threshold,
-#: with its F1 on the held-out questions; the load averages (1, 5, 15 minutes) and cores of the
+#: the best threshold on the evaluation answers (``best_f1``, the official script's sweep); the F1
+#: at the threshold chosen on the held-out articles (``calibrated_f1``: what ``train`` reports as
+#: ``f1``) and that threshold, with its F1 on the held-out questions; the load averages (1, 5, 15 minutes) and cores of the
 #: machine when the checkpoint was saved. F1 in percent; empty cells where a value does not
 #: apply (SQuAD 1.1).
 CURVE_COLUMNS = ('step', 'train_seconds', 'null_odds_auc', 'HasAns_f1',
@@ -147,7 +147,7 @@ def _series(rows, name):
 def _draw_scores(f1_axis, auc_axis, rows):
     for name, label, style in (
             ('always_answer_HasAns_f1', 'HasAns F1, always answering (the spans)', 'o-'),
-            ('best_f1', 'best F1 (oracle threshold)', 's-'),
+            ('best_f1', 'best F1 (official threshold sweep)', 's-'),
             ('calibrated_f1', 'F1 at the held-out threshold', 'x--')):
         f1_axis.plot(*_series(rows, name), style, label=label)
     f1_axis.set_ylabel('F1 (%)')
