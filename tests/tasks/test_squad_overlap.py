@@ -63,8 +63,8 @@ def test_threshold_articles_are_not_counted_as_shared(files, tmp_path, capsys):
     args = tiny_args(files['bert'], files['train']) + ['--eval-file', eval_file]
     config = run_squad.parse_config(['train', '--output-dir', str(tmp_path / 'out')] + args)[1]
     job = prepare_train(config)
-    assert job['overlap'] == {'train_eval_shared_titles': 0, 'train_eval_shared_paragraphs': 0}
-    assert job['trained_titles'] == ['Steam_engine']
+    assert job.overlap == {'train_eval_shared_titles': 0, 'train_eval_shared_paragraphs': 0}
+    assert job.trained_titles == ['Steam_engine']
     assert 'Huguenot' in capsys.readouterr().err      # the note: threshold chosen on them
 
 

@@ -15,6 +15,8 @@ import dataclasses
 import math
 import os
 
+import mxnet as mx
+
 from ..._checks import fail
 from ...data import squad
 from ..engine.common import atomic_path
@@ -22,13 +24,13 @@ from ..engine.config import RUN_CONFIG, read_run_config
 from ..engine.checkpoints import CheckpointManager
 from ..engine.train_log import TRAIN_LOG, read_train_log
 from .config import TrainConfig
-from .data import heldout_examples
-from .evaluation import calibrate_threshold, contexts_of, eval_job, evaluate, infer
+from .data import heldout_examples, load_eval_examples
+from .evaluation import EvalSet, calibrate_threshold, contexts_of, evaluate, infer
 from .folder import model_folder
 from .model import build_model
 
-__all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'prepare_curve', 'score_checkpoint',
-           'write_curve', 'read_curve', 'draw_curve', 'run_curve']
+__all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'CurveJob', 'prepare_curve',
+           'score_checkpoint', 'write_curve', 'read_curve', 'draw_curve', 'run_curve']
 
 #: The columns of ``curve.csv``: the step and training seconds of the checkpoint (seconds empty
 #: when unknown); null-odds AUC; F1 on the answerable questions at the held-out threshold
@@ -65,6 +67,37 @@ def run_of(config):
                                eval_batch_size=config.eval_batch_size)
 
 
+@dataclasses.dataclass(frozen=True)
+class CurveJob:
+    """What :func:`prepare_curve` reads for :func:`run_curve`.
+
+    Attributes
+    ----------
+    run : TrainConfig
+        The run's recipe (:func:`run_of`).
+    checkpoint_dir : str
+        ``<output-dir>/checkpoints``.
+    entries : list of dict
+        Its intact checkpoints, oldest first
+        (:meth:`~gluon_attention.tasks.engine.checkpoints.CheckpointManager.entries`).
+    contexts : list of mx.Context
+        The one device to score on.
+    tokenizer : tokenizers.Tokenizer
+        The tokenizer of the run's pretrained folder.
+    heldout_examples : list of SquadExample
+        The questions of the run's ``--threshold-titles`` articles (empty without SQuAD 2.0).
+    eval_set : EvalSet
+        The run's evaluation questions and their features.
+    """
+    run: TrainConfig
+    checkpoint_dir: str
+    entries: list[dict]
+    contexts: list[mx.Context]
+    tokenizer: 'tokenizers.Tokenizer'
+    heldout_examples: list[squad.SquadExample]
+    eval_set: EvalSet
+
+
 def prepare_curve(config):
     """The run's recipe, its intact checkpoints, tokenizer, held-out and evaluation questions.
 
@@ -83,23 +116,23 @@ def prepare_curve(config):
     contexts = contexts_of(run)[:1]
     tokenizer = squad.load_tokenizer(model_folder(run))
     heldout = heldout_examples(run) if run.version_2_with_negative else []
-    job = eval_job(run, tokenizer, run.eval_max_seq_length, run.max_query_length)
-    job.update(run=run, folder=folder, entries=entries, contexts=contexts, tokenizer=tokenizer,
-               heldout=heldout)
-    return job
+    eval_set = EvalSet.from_examples(load_eval_examples(run), tokenizer, run.eval_max_seq_length,
+                                     run.max_query_length)
+    return CurveJob(run, folder, entries, contexts, tokenizer, heldout, eval_set)
 
 
 def score_checkpoint(model, entry, job):
     """Load the checkpoint ``entry`` into ``model`` and score it: one row of ``curve.csv``."""
-    run, ctx = job['run'], job['contexts'][0]
-    model.load_parameters(os.path.join(job['folder'], entry['files']['params']['file']),
-                          ctx=job['contexts'])
+    run, ctx = job.run, job.contexts[0]
+    model.load_parameters(os.path.join(job.checkpoint_dir, entry['files']['params']['file']),
+                          ctx=job.contexts)
     calibration, threshold = {}, math.inf          # SQuAD 1.1: '' is never predicted
     if run.version_2_with_negative:
-        calibration = calibrate_threshold(model, job['heldout'], job['tokenizer'], run, ctx)
+        calibration = calibrate_threshold(model, job.heldout_examples, job.tokenizer, run, ctx)
         threshold = calibration['null_threshold']
-    outputs = infer(model, job['eval_features'], run, ctx)[1]
-    metrics = evaluate(job['examples'], job['eval_features'], outputs, run, threshold)['metrics']
+    outputs = infer(model, job.eval_set.features, run, ctx)[1]
+    metrics = evaluate(job.eval_set, outputs, threshold, run.n_best_size, run.max_answer_length,
+                       run.version_2_with_negative)['metrics']
     meta = entry['meta']
     load = meta.get('load_average') or [None] * 3
     answerable_f1 = None if run.version_2_with_negative else metrics['f1']
@@ -226,11 +259,11 @@ def run_curve(config, job):
     (with ``--plot``). A checkpoint that an earlier ``curve.csv`` already scored (same step and
     training seconds) keeps its row, so the command can follow a run that goes on.
     Returns the exit status."""
-    run = job['run']
-    model = build_model(run.model_dir, run, job['contexts'])
+    run = job.run
+    model = build_model(run.model_dir, run, job.contexts)
     path, rows = os.path.join(config.output_dir, 'curve.csv'), []
     scored = _scored_rows(path)
-    for entry in job['entries']:
+    for entry in job.entries:
         seconds = _cell('train_seconds', entry['meta'].get('train_seconds'))
         row = scored.get((entry['step'], seconds))
         rows.append(row or score_checkpoint(model, entry, job))

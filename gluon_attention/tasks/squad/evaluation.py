@@ -2,9 +2,13 @@
 null odds, n-best lists, the official metrics, the null threshold on held-out questions, and the
 files a run writes.
 
-The functions take a config of :mod:`~gluon_attention.tasks.squad.config` (any of the command
-configs: they read the shared decoding options only, unless said otherwise).
+The evaluation questions travel with their features as one :class:`EvalSet`. :func:`evaluate`
+and :func:`score_and_write` take the decoding options they read; :func:`infer`,
+:func:`calibrate_threshold` and :func:`check_export` take a config of
+:mod:`~gluon_attention.tasks.squad.config` (any of the command configs: they read the shared
+inference and decoding options only, unless said otherwise).
 """
+import dataclasses
 import math
 import os
 
@@ -16,9 +20,9 @@ from ...data import squad
 from ...models.qa import QAInference
 from ..engine.common import atomic_write_json, parse_devices
 from ..export.block import export_and_check
-from .data import INPUT_DTYPES, INPUT_NAMES, eval_features, load_eval_examples
+from .data import INPUT_DTYPES, INPUT_NAMES, eval_features
 
-__all__ = ['contexts_of', 'eval_job', 'infer', 'run_batches', 'decode', 'evaluate',
+__all__ = ['contexts_of', 'EvalSet', 'infer', 'run_batches', 'evaluate',
            'null_odds_auc', 'calibrate_threshold', 'score_and_write',
            'write_predictions', 'write_metrics', 'format_metrics', 'check_export', 'ONNX_EXTRA']
 
@@ -33,15 +37,27 @@ def contexts_of(config):
     return parse_devices(config.ctx)
 
 
-def eval_job(config, tokenizer, max_seq_length, max_query_length, examples=None):
-    """The evaluation questions of ``config`` (``examples``: those of ``load_eval_examples``,
-    read here when None) and their features, in a dict."""
-    job = {'examples': load_eval_examples(config) if examples is None else examples}
-    job['eval_features'] = eval_features(job['examples'], tokenizer, max_seq_length,
-                                         max_query_length)
-    print('eval: {} questions -> {} features'.format(len(job['examples']),
-                                                      len(job['eval_features'])))
-    return job
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+    """The evaluation questions and their features.
+
+    Attributes
+    ----------
+    examples : list of SquadExample
+        The questions, with their gold answers.
+    features : list of SquadFeature
+        Their chunks (``is_training=False``), in the order the model outputs follow.
+    """
+    examples: list[squad.SquadExample]
+    features: list[squad.SquadFeature]
+
+    @classmethod
+    def from_examples(cls, examples, tokenizer, max_seq_length, max_query_length):
+        """The features of ``examples`` (:func:`~gluon_attention.tasks.squad.data.eval_features`
+        with these lengths, in tokens), said on stdout."""
+        features = eval_features(examples, tokenizer, max_seq_length, max_query_length)
+        print('eval: {} questions -> {} features'.format(len(examples), len(features)))
+        return cls(examples, features)
 
 
 def infer(model, features, config, ctx):
@@ -90,23 +106,35 @@ def run_batches(block, features, batch_size, ctx, progress=False):
     return outputs
 
 
-def decode(examples, features, outputs, config, threshold):
-    """``decode_predictions`` with the config's decoding sizes; see its documentation."""
-    return squad.decode_predictions(examples, features, outputs, config.n_best_size,
-                                    config.max_answer_length, threshold)
-
-
-def evaluate(examples, features, outputs, config, threshold):
+def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
+             version_2_with_negative):
     """Decode spans and score them with the official SQuAD 2.0 definitions.
 
-    Returns a dict: ``metrics``, ``final_predictions``, ``null_odds``, ``nbest``. With
-    ``config.version_2_with_negative`` the metrics are the official SQuAD 2.0 keys,
-    ``full_range_best_*`` and ``always_answer_HasAns_*`` (from the non-null spans) and
-    ``null_odds_auc``; without, the SQuAD 1.1 keys ``exact``, ``f1``, ``total``.
+    Parameters
+    ----------
+    eval_set : EvalSet
+    outputs : list of tuple of numpy.ndarray
+        One 5-tuple per feature of ``eval_set`` (:func:`run_batches`).
+    threshold : float
+        The null score difference threshold (``inf``: '' is never predicted).
+    n_best_size, max_answer_length : int
+        As :func:`~gluon_attention.data.squad.decode_predictions`.
+    version_2_with_negative : bool or int
+        Which metrics: the SQuAD 2.0 ones, or the SQuAD 1.1 keys only.
+
+    Returns
+    -------
+    dict
+        ``metrics``, ``final_predictions``, ``null_odds``, ``nbest``. With
+        ``version_2_with_negative`` the metrics are the official SQuAD 2.0 keys,
+        ``full_range_best_*`` and ``always_answer_HasAns_*`` (from the non-null spans) and
+        ``null_odds_auc``; without, the SQuAD 1.1 keys ``exact``, ``f1``, ``total``.
     """
-    predictions, final, null_odds, nbest = decode(examples, features, outputs, config, threshold)
+    examples = eval_set.examples
+    predictions, final, null_odds, nbest = squad.decode_predictions(
+        examples, eval_set.features, outputs, n_best_size, max_answer_length, threshold)
     results = {'final_predictions': final, 'null_odds': null_odds, 'nbest': nbest}
-    if not config.version_2_with_negative:
+    if not version_2_with_negative:
         metrics = squad.squad_evaluate(examples, final)
         return dict(results, metrics={k: metrics[k] for k in ('exact', 'f1', 'total')})
     metrics = squad.squad_evaluate(examples, final, na_probs=null_odds)
@@ -175,7 +203,8 @@ def calibrate_threshold(model, examples, tokenizer, config, ctx):
     features = eval_features(examples, tokenizer, config.eval_max_seq_length,
                              config.max_query_length)
     _, outputs = infer(model, features, config, ctx)
-    spans, _, null_odds, _ = decode(examples, features, outputs, config, math.inf)
+    spans, _, null_odds, _ = squad.decode_predictions(
+        examples, features, outputs, config.n_best_size, config.max_answer_length, math.inf)
     gains = {e.qas_id: max(squad.f1_score(gold, spans[e.qas_id]) for gold in
                            squad.gold_answers(e)) - (not e.answers) for e in examples}
     best, threshold = squad.sweep_null_threshold(
@@ -189,18 +218,24 @@ def calibrate_threshold(model, examples, tokenizer, config, ctx):
             'heldout_total': len(examples)}
 
 
-def score_and_write(config, job, outputs, threshold, extra):
-    """Evaluate, write the predictions and metrics.json (``extra`` and the threshold added;
-    ``threshold``: a :class:`~gluon_attention.tasks.squad.config.NullThreshold`)."""
-    results = evaluate(job['examples'], job['eval_features'], outputs, config, threshold.value)
+def score_and_write(eval_set, outputs, threshold, output_dir, extra, *, n_best_size,
+                    max_answer_length, version_2_with_negative):
+    """:func:`evaluate`, then write the prediction files and ``metrics.json`` to ``output_dir``.
+
+    ``threshold`` is a :class:`~gluon_attention.tasks.squad.config.NullThreshold` (decoded with
+    its value, recorded with its source under SQuAD 2.0); ``extra`` (a dict) is added to the
+    metrics. Returns what :func:`evaluate` returns.
+    """
+    results = evaluate(eval_set, outputs, threshold.value, n_best_size, max_answer_length,
+                       version_2_with_negative)
     metrics = dict(results['metrics'], **extra)
-    if config.version_2_with_negative:
+    if version_2_with_negative:
         metrics.update(null_threshold=threshold.value, null_threshold_source=threshold.source)
     else:
         for key in ('null_threshold', 'null_threshold_source'):
             metrics.pop(key, None)
-    write_predictions(config.output_dir, results)
-    write_metrics(config.output_dir, metrics)
+    write_predictions(output_dir, results)
+    write_metrics(output_dir, metrics)
     print(format_metrics(metrics))
     return results
 
@@ -224,11 +259,12 @@ def format_metrics(metrics):
     return '\n'.join('{:>26s}: {}'.format(k, metrics[k]) for k in METRIC_KEYS if k in metrics)
 
 
-def check_export(inference, examples, features, outputs, config, final_predictions, threshold,
-                 ctx):
+def check_export(inference, eval_set, outputs, config, final_predictions, threshold, ctx):
     """Export the inference graph to ``<output-dir>/export/qa``, reload it
-    (:func:`~gluon_attention.tasks.export.block.export_and_check`) on every evaluation batch and
-    compare the decoded predictions; writes ``export/check.json`` and returns its content."""
+    (:func:`~gluon_attention.tasks.export.block.export_and_check`) on every batch of
+    ``eval_set`` and compare the decoded predictions; writes ``export/check.json`` and returns
+    its content."""
+    features = eval_set.features
     prefix = os.path.join(config.output_dir, 'export', 'qa')
     order = squad.length_sorted_batches(features, config.eval_batch_size)
     batches = [[arrays[k] for k in INPUT_NAMES] for arrays in (
@@ -238,7 +274,9 @@ def check_export(inference, examples, features, outputs, config, final_predictio
     same = len(final_predictions)
     if report['max_abs_diff'] > 0:     # equal outputs decode to equal predictions
         outputs = run_batches(reloaded, features, config.eval_batch_size, ctx, config.progress)
-        _, final, _, _ = decode(examples, features, outputs, config, threshold)
+        _, final, _, _ = squad.decode_predictions(
+            eval_set.examples, features, outputs, config.n_best_size, config.max_answer_length,
+            threshold)
         same = sum(final[k] == final_predictions[k] for k in final_predictions)
     check = dict(report, identical=same, total=len(final_predictions),
                  status='ok' if same == len(final_predictions) else 'MISMATCH')

@@ -14,17 +14,64 @@ import dataclasses
 import json
 import os
 import time
+from typing import Optional
+
+import mxnet as mx
 
 from ..._checks import fail
 from ...data import squad
 from .data import check_data_files, check_not_trained_on, data_path, load_eval_examples
-from .evaluation import contexts_of, eval_job, infer, score_and_write, write_predictions
+from .config import NullThreshold
+from .evaluation import EvalSet, contexts_of, infer, score_and_write, write_predictions
 from .folder import model_folder, read_qa_config
 from .predict import describe_answer
 from .predictor import QAPredictor, load_folder_model
 
-__all__ = ['results_folder', 'prepare_evaluate', 'run_evaluate', 'prepare_predict',
-           'run_predict']
+__all__ = ['results_folder', 'EvaluateJob', 'prepare_evaluate', 'run_evaluate', 'PredictJob',
+           'prepare_predict', 'run_predict']
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateJob:
+    """What :func:`prepare_evaluate` reads for :func:`run_evaluate`.
+
+    Attributes
+    ----------
+    contexts : list of mx.Context
+        The ``--ctx`` devices.
+    model_dir : str
+        The saved model folder.
+    eval_set : EvalSet
+        The evaluation questions and their features, at the folder's sequence lengths.
+    threshold : NullThreshold
+        The null threshold to decode with (``--null-score-diff-threshold``, else the folder's).
+    overlap : dict
+        The ``train_eval_shared_*`` counts of
+        :func:`~gluon_attention.tasks.squad.data.check_not_trained_on`, added to the metrics.
+    """
+    contexts: list[mx.Context]
+    model_dir: str
+    eval_set: EvalSet
+    threshold: NullThreshold
+    overlap: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictJob:
+    """What :func:`prepare_predict` reads for :func:`run_predict`.
+
+    Attributes
+    ----------
+    contexts : list of mx.Context
+        The ``--ctx`` devices.
+    model_dir : str
+        The saved model folder.
+    examples : list of SquadExample or None
+        The questions of ``--predict-file``; None for one ``--question``.
+    """
+    contexts: list[mx.Context]
+    model_dir: str
+    examples: Optional[list[squad.SquadExample]]
 
 
 def results_folder(config, command):
@@ -34,15 +81,16 @@ def results_folder(config, command):
 
 
 def answer_features(config, job):
-    """One 5-tuple of NumPy outputs per feature of ``job``: the model folder's MXNet graph, or
-    the ``--onnx-model`` file in ONNX Runtime (batches of ``--eval-batch-size`` features of
-    similar lengths either way)."""
+    """One 5-tuple of NumPy outputs per feature of ``job.eval_set``: the model folder's MXNet
+    graph, or the ``--onnx-model`` file in ONNX Runtime (batches of ``--eval-batch-size``
+    features of similar lengths either way)."""
+    features = job.eval_set.features
     if config.onnx_model:
         from .onnx_check import run_onnx_squad  # pylint: disable=import-outside-toplevel
-        return run_onnx_squad(config.onnx_model, job['eval_features'], config.eval_batch_size,
+        return run_onnx_squad(config.onnx_model, features, config.eval_batch_size,
                               config.threads or None)
-    model = load_folder_model(job['folder'], job['contexts'])
-    return infer(model, job['eval_features'], config, job['contexts'][0])[1]
+    model = load_folder_model(job.model_dir, job.contexts)
+    return infer(model, features, config, job.contexts[0])[1]
 
 
 def prepare_evaluate(config):
@@ -54,11 +102,10 @@ def prepare_evaluate(config):
     examples = load_eval_examples(config)
     overlap = check_not_trained_on(model_config.get('trained_titles'), examples,
                                    config.eval_file)
-    tokenizer = squad.load_tokenizer(folder)
-    job = eval_job(config, tokenizer, model_config['eval_max_seq_length'],
-                   model_config['max_query_length'], examples)
-    job.update(contexts=contexts, folder=folder, threshold=threshold, overlap=overlap)
-    return job
+    eval_set = EvalSet.from_examples(examples, squad.load_tokenizer(folder),
+                                     model_config['eval_max_seq_length'],
+                                     model_config['max_query_length'])
+    return EvaluateJob(contexts, folder, eval_set, threshold, overlap)
 
 
 def run_evaluate(config, job):
@@ -66,12 +113,14 @@ def run_evaluate(config, job):
     score, write the outputs."""
     start = time.time()
     outputs = answer_features(config, job)
-    extra = {'eval_seconds': round(time.time() - start, 1), 'model_dir': job['folder']}
+    extra = {'eval_seconds': round(time.time() - start, 1), 'model_dir': job.model_dir}
     if config.onnx_model:
         extra['onnx_model'] = config.onnx_model
-    config = dataclasses.replace(config, output_dir=results_folder(config, 'evaluate'))
-    score_and_write(config, job, outputs, job['threshold'], dict(job['overlap'], **extra))
-    print('metrics and predictions written to {}'.format(config.output_dir))
+    folder = results_folder(config, 'evaluate')
+    score_and_write(job.eval_set, outputs, job.threshold, folder, dict(job.overlap, **extra),
+                    n_best_size=config.n_best_size, max_answer_length=config.max_answer_length,
+                    version_2_with_negative=config.version_2_with_negative)
+    print('metrics and predictions written to {}'.format(folder))
     return 0
 
 
@@ -87,14 +136,14 @@ def prepare_predict(config):
         if not examples:
             fail('--predict-file must hold at least one question',
                  predict_file=config.predict_file)
-    return {'contexts': contexts, 'folder': folder, 'examples': examples}
+    return PredictJob(contexts, folder, examples)
 
 
 def run_predict(config, job):
     """Answer the questions: write the three prediction files, or print the one answer (a
     line, or with ``--json`` every field of the answer as a JSON object)."""
     predictor = QAPredictor.from_folder(
-        job['folder'], ctx=job['contexts'][0], threshold=config.null_threshold,
+        job.model_dir, ctx=job.contexts[0], threshold=config.null_threshold,
         batch_size=config.eval_batch_size, max_answer_length=config.max_answer_length,
         start_top_n=config.start_top_n, end_top_n=config.end_top_n)
     if config.onnx_model:         # the folder still gives the tokenizer, lengths, threshold
@@ -106,7 +155,7 @@ def run_predict(config, job):
         print(json.dumps(answer.to_dict(), sort_keys=True) if config.json
               else describe_answer(answer))
         return 0
-    results = predictor.predict_examples(job['examples'], config.n_best_size, config.progress)
+    results = predictor.predict_examples(job.examples, config.n_best_size, config.progress)
     final = results['final_predictions']
     folder = results_folder(config, 'predict')
     write_predictions(folder, results)

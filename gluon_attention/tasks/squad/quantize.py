@@ -14,6 +14,7 @@ everywhere F1 53.97 with 580 answers kept, the head in float32 53.93 / 581, per-
 ``int8.json`` (options, operator counts). ``evaluate`` and ``predict`` run any of the ``.onnx``
 files with ``--onnx-model``.
 """
+import dataclasses
 import json
 import os
 
@@ -26,7 +27,8 @@ from ..export.block import export_block
 from .data import INPUT_DTYPES, INPUT_NAMES
 from .predictor import load_folder_model
 
-__all__ = ['HEAD_PREFIX', 'int8_folder', 'prepare_quantize', 'run_quantize', 'write_int8_model']
+__all__ = ['HEAD_PREFIX', 'int8_folder', 'QuantizeJob', 'prepare_quantize', 'run_quantize',
+           'write_int8_model']
 
 # The QA head's nodes in the exported graph (the model's own name scope), for --int8-head 0.
 HEAD_PREFIX = 'modelforqaconditional'
@@ -69,25 +71,34 @@ def write_int8_model(inference, folder, num_heads, hidden_size, per_channel=True
     return report
 
 
+@dataclasses.dataclass(frozen=True)
+class QuantizeJob:
+    """What :func:`prepare_quantize` reads for :func:`run_quantize`: the saved model folder and
+    its encoder's ``num_attention_heads`` and ``hidden_size`` (``config.json``), which ONNX
+    Runtime's optimizer needs to fuse the attention."""
+    model_dir: str
+    num_heads: int
+    hidden_size: int
+
+
 def prepare_quantize(config):
-    """The model folder and its encoder's heads and units; ImportError without the ``[onnx]``
-    extra (onnxruntime, sympy, onnx 1.17)."""
+    """The model folder and its encoder's heads and units (a :class:`QuantizeJob`); ImportError
+    without the ``[onnx]`` extra (onnxruntime, sympy, onnx 1.17)."""
     from .folder import model_folder  # pylint: disable=import-outside-toplevel
     import onnxruntime.quantization  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
     import sympy  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
     folder = model_folder(config)
     with open(os.path.join(folder, 'config.json'), encoding='utf-8') as handle:
         encoder = json.load(handle)
-    return {'folder': folder, 'num_heads': encoder['num_attention_heads'],
-            'hidden_size': encoder['hidden_size']}
+    return QuantizeJob(folder, encoder['num_attention_heads'], encoder['hidden_size'])
 
 
 def run_quantize(config, job):
     """Load the model folder, write ``<output-dir>/int8/`` and say what was written."""
-    model = load_folder_model(job['folder'], [mx.cpu()])
+    model = load_folder_model(job.model_dir, [mx.cpu()])
     inference = QAInference(model, config.start_top_n, config.end_top_n)
-    report = write_int8_model(inference, int8_folder(config), job['num_heads'],
-                              job['hidden_size'], config.per_channel, config.int8_head)
+    report = write_int8_model(inference, int8_folder(config), job.num_heads, job.hidden_size,
+                              config.per_channel, config.int8_head)
     counts = report['optimized_counts']
     print('fused: {} Attention, {} SkipLayerNormalization, {} BiasGelu ({} nodes); INT8 model '
           'written to {} (run it with evaluate/predict --onnx-model)'.format(

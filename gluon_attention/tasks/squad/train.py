@@ -5,8 +5,11 @@ the held-out articles, save ``<output-dir>/model``, evaluate, export and check t
 OSError or ImportError before any work starts, which the script reports as a one-line error);
 :func:`run_train` does the work and returns the exit status.
 """
+import dataclasses
 import os
 import time
+
+import mxnet as mx
 
 from ...data import squad
 from ..engine.config import write_run_config
@@ -15,13 +18,47 @@ from .data import (check_data_files, check_model_fits, check_no_shared_data, eva
                    heldout_examples, load_eval_examples, load_training_features,
                    note_evaluated_threshold_articles, training_examples)
 from .config import NEVER_NULL
-from .evaluation import (ONNX_EXTRA, calibrate_threshold, check_export, contexts_of, eval_job,
+from .evaluation import (ONNX_EXTRA, EvalSet, calibrate_threshold, check_export, contexts_of,
                          infer, score_and_write)
 from .folder import model_folder, recorded_titles, save_model_folder
 from .loop import check_resumable, train
 from .model import build_model
 
-__all__ = ['prepare_train', 'run_train']
+__all__ = ['TrainJob', 'prepare_train', 'run_train']
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainJob:
+    """What :func:`prepare_train` reads for :func:`run_train`.
+
+    Attributes
+    ----------
+    contexts : list of mx.Context
+        The ``--ctx`` devices.
+    model_dir : str
+        The pretrained encoder folder (its tokenizer files are copied into the saved folder).
+    tokenizer : tokenizers.Tokenizer
+        The folder's tokenizer.
+    train_features : list of SquadFeature
+        The training features (``is_training=True``).
+    heldout_examples : list of SquadExample
+        The questions of the ``--threshold-titles`` articles (empty without SQuAD 2.0).
+    eval_set : EvalSet
+        The evaluation questions and their features.
+    overlap : dict
+        The ``train_eval_shared_*`` counts of
+        :func:`~gluon_attention.tasks.squad.data.check_no_shared_data`, added to the metrics.
+    trained_titles : list of str
+        The training articles, with those the starting folder records, sorted.
+    """
+    contexts: list[mx.Context]
+    model_dir: str
+    tokenizer: 'tokenizers.Tokenizer'
+    train_features: list[squad.SquadFeature]
+    heldout_examples: list[squad.SquadExample]
+    eval_set: EvalSet
+    overlap: dict
+    trained_titles: list[str]
 
 
 def prepare_train(config):
@@ -43,11 +80,12 @@ def prepare_train(config):
     note_evaluated_threshold_articles(heldout, eval_examples)
     tokenizer = squad.load_tokenizer(folder)
     features, train_examples = load_training_features(config, tokenizer, train_examples)
-    job = eval_job(config, tokenizer, config.eval_max_seq_length, config.max_query_length,
-                   eval_examples)
-    job.update(contexts=contexts, folder=folder, tokenizer=tokenizer, features=features,
-               heldout=heldout, overlap=overlap,
-               trained_titles=sorted({e.title for e in train_examples} | set(inherited)))
+    job = TrainJob(
+        contexts=contexts, model_dir=folder, tokenizer=tokenizer, train_features=features,
+        heldout_examples=heldout,
+        eval_set=EvalSet.from_examples(eval_examples, tokenizer, config.eval_max_seq_length,
+                                       config.max_query_length),
+        overlap=overlap, trained_titles=sorted({e.title for e in train_examples} | set(inherited)))
     write_run_config(config.output_dir, config)
     return job
 
@@ -65,27 +103,30 @@ def _qa_config(model, config, calibration, trained_titles):
 def run_train(config, job):
     """Train (or resume), choose the null threshold, save ``<output-dir>/model``, evaluate,
     write the outputs, export and check the reload (and, with ``--onnx``, ONNX Runtime)."""
-    contexts = job['contexts']
+    contexts = job.contexts
     model = build_model(config.model_dir, config, contexts)
-    result = train(model, job['features'], config, contexts)
+    result = train(model, job.train_features, config, contexts)
     if not result.is_chief:         # rank 0 of a distributed job evaluates and writes
         return 0
     steps, train_seconds = result.steps, result.seconds
     if config.version_2_with_negative:
-        calibration = calibrate_threshold(model, job['heldout'], job['tokenizer'], config,
+        calibration = calibrate_threshold(model, job.heldout_examples, job.tokenizer, config,
                                           contexts[0])
     else:
         calibration = {'null_threshold': None, 'null_threshold_source': NEVER_NULL}
-    save_model_folder(model, os.path.join(config.output_dir, 'model'), job['folder'],
-                      _qa_config(model, config, calibration, job['trained_titles']))
+    save_model_folder(model, os.path.join(config.output_dir, 'model'), job.model_dir,
+                      _qa_config(model, config, calibration, job.trained_titles))
     start = time.time()
-    inference, outputs = infer(model, job['eval_features'], config, contexts[0])
+    inference, outputs = infer(model, job.eval_set.features, config, contexts[0])
     threshold = config.null_threshold.resolve(calibration, config.version_2_with_negative)
-    results = score_and_write(config, job, outputs, threshold, dict(
-        calibration, **job['overlap'], train_steps=steps, train_seconds=round(train_seconds, 1),
-        eval_seconds=round(time.time() - start, 1),
-        train_features_per_second=round(steps * result.features_per_step
-                                        / max(train_seconds, 1e-9), 2)))
+    extra = dict(calibration, **job.overlap, train_steps=steps,
+                 train_seconds=round(train_seconds, 1), eval_seconds=round(time.time() - start, 1),
+                 train_features_per_second=round(steps * result.features_per_step
+                                                 / max(train_seconds, 1e-9), 2))
+    results = score_and_write(job.eval_set, outputs, threshold, config.output_dir, extra,
+                              n_best_size=config.n_best_size,
+                              max_answer_length=config.max_answer_length,
+                              version_2_with_negative=config.version_2_with_negative)
     status = 0 if config.skip_export else _check_exports(inference, job, outputs, config,
                                                          results, threshold)
     _say_where(config)
@@ -94,11 +135,12 @@ def run_train(config, job):
 
 def _check_exports(inference, job, outputs, config, results, threshold):
     """Export, reload and compare (and with ``--onnx`` ONNX Runtime); the exit status."""
-    check = check_export(inference, job['examples'], job['eval_features'], outputs, config,
-                         results['final_predictions'], threshold.value, job['contexts'][0])
+    check = check_export(inference, job.eval_set, outputs, config, results['final_predictions'],
+                         threshold.value, job.contexts[0])
     print('export check: {identical}/{total} predictions identical after reload; max |output '
           'difference| {max_abs_diff:.2e} -> {status}'.format(**check))
-    onnx_check = _check_onnx(job, outputs, config, threshold.value) if config.onnx else None
+    onnx_check = (_check_onnx(job.eval_set, outputs, config, threshold.value) if config.onnx
+                  else None)
     failed = check['status'] != 'ok' or (onnx_check and onnx_check['status'] != 'ok')
     return 1 if failed else 0
 
@@ -114,7 +156,7 @@ def _say_where(config):
                   os.path.join(out, 'export', ''))))
 
 
-def _check_onnx(job, outputs, config, threshold):
+def _check_onnx(eval_set, outputs, config, threshold):
     """:func:`~.onnx_check.check_onnx_export`, or None (said on stdout) without the ``[onnx]``
     extra (onnx 1.17, onnxruntime)."""
     try:
@@ -123,4 +165,4 @@ def _check_onnx(job, outputs, config, threshold):
     except ImportError as error:
         print('ONNX check skipped ({}): {}'.format(error, ONNX_EXTRA))
         return None
-    return check_onnx_export(job['examples'], job['eval_features'], outputs, config, threshold)
+    return check_onnx_export(eval_set.examples, eval_set.features, outputs, config, threshold)
