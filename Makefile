@@ -79,9 +79,12 @@ $(PEER_VENV)/.installed: bench/peer-constraints.txt
 	    --quiet -c bench/peer-constraints.txt torch transformers onnx
 	touch $@
 
+# the qa_inference rows answer with the demo's fine-tuned model (and report F1) once make demo
+# has saved it in MODEL_DIR, unless ARGS names --qa-model-dir
 bench: venv $(PEER_VENV)/.installed
 	$(PY) scripts/benchmark.py --threads $(THREADS) --torch-python $(PEER_VENV)/bin/python \
-	    --data-dir $(DATA_DIR) $(ARGS)
+	    --data-dir $(DATA_DIR) $(if $(findstring --qa-model-dir,$(ARGS)),,$(if $(wildcard \
+	    $(MODEL_DIR)/qa_config.json),--qa-model-dir $(MODEL_DIR))) $(ARGS)
 
 # Multi Model Server (the [serve] extra) runs a Java frontend: a system package, not a pip one.
 MODEL_DIR ?= runs/squad/model

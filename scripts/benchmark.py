@@ -5,8 +5,10 @@ median time, GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fracti
 machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same
 rounds, and for the long configurations the peak memory of a separate process per
 implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
-``gluon_attention.tasks.bench.models``): throughput and ratio to PyTorch + transformers and
-ONNX Runtime; ``--modes`` does not apply to them.
+``gluon_attention.tasks.bench.models``): throughput, ratio to PyTorch + transformers, ONNX
+Runtime and ONNX Runtime on the fused Hugging Face export (float32 and INT8), and for
+``qa_inference`` the answers kept against our float32 graph and F1 (``--qa-model-dir``);
+``--modes`` does not apply to them.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
 """
@@ -51,6 +53,12 @@ def parse_args(argv=None):
                         help='data folder of the qa_inference questions (haystack-small) '
                              "(default: '': $GA_DATA_DIR, else ../shared/data from the "
                              'repository root)')
+    parser.add_argument('--qa-model-dir', default='',
+                        help='the model of the qa_inference rows: a fine-tuned model folder as '
+                             'run_squad.py train saves it (e.g. runs/squad/model after make '
+                             'demo; its heads, lengths and threshold; F1 reported) or a '
+                             "pretrained encoder folder (random heads; no F1) (default: '': the "
+                             'embedded pretrained encoder)')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -167,17 +175,19 @@ def measure(args, torch_peer, python, on_row=None):
             if on_row:
                 on_row(rows)
     for config in [c for c in args.configs if c in MODEL_CONFIGS]:
-        rows += model_rows(config, args.threads, python, args.model_rounds, args.data_dir)
+        rows += model_rows(config, args.threads, python, args.model_rounds, args.data_dir,
+                           args.qa_model_dir)
         print('{} done'.format(config), flush=True)
         if on_row:
             on_row(rows)
     return rows
 
 
-def model_rows(config, threads, torch_python, rounds, data_dir=''):
+def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir=''):
     """The rows of a whole-model configuration ('squad_step' or 'qa_inference') at full size;
-    ``torch_python`` None, or one without transformers: no torch row; ``data_dir``: the data
-    folder of the qa_inference questions."""
+    ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
+    ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
+    ('': the pretrained encoder under random heads)."""
     from gluon_attention.tasks.bench import models, qa
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
@@ -185,7 +195,8 @@ def model_rows(config, threads, torch_python, rounds, data_dir=''):
         return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
                                       torch_python, rounds=rounds)
     return qa.qa_inference_rows(os.path.join(SCRIPTS, 'bench_qa_torch_peer.py'), threads,
-                                torch_python, rounds=rounds, data_dir=data_dir)
+                                torch_python, rounds=rounds, data_dir=data_dir,
+                                model_dir=qa_model_dir or None)
 
 
 def versions(args, torch_peer):
@@ -241,8 +252,13 @@ def main(argv=None):
     if 'qa_inference' in args.configs:      # its data file exists before any timing starts
         from gluon_attention.data import squad
         from gluon_attention.tasks.bench.qa import EVAL_FILE
+        from gluon_attention.tasks.bench.qa import fine_tuned_config
+        from gluon_attention.tasks.squad.folder import check_model_folder
         try:
             squad.default_data_path(EVAL_FILE, args.data_dir)
+            if args.qa_model_dir:           # and its model folder
+                check_model_folder(args.qa_model_dir, fine_tuned=os.path.isdir(
+                    args.qa_model_dir) and fine_tuned_config(args.qa_model_dir) is not None)
         except ValueError as err:
             raise SystemExit('benchmark.py: error: {}'.format(err)) from None
     python = torch_python(args.torch_python)

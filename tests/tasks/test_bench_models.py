@@ -1,25 +1,40 @@
 """The benchmark's whole-model rows (squad_step, qa_inference) at tiny sizes: their schema, their
-throughput arithmetic, the exported model they time, and the table they print.
+throughput arithmetic, the exported model they time, the answers they keep, and the table they
+print.
 
-A random 1-layer encoder with the real tokenizer (tests/tasks/squad_tiny.py); the PyTorch peer
-runs only where an interpreter with torch and transformers is found (``.venv-peer`` as
-``make bench`` creates it, or this one), and is skipped otherwise.
+A random 1-layer encoder with the real tokenizer (tests/tasks/squad_tiny.py), also saved as a
+fine-tuned model folder (random heads, a null threshold); the PyTorch peer runs only where an
+interpreter with torch and transformers is found (``.venv-peer`` as ``make bench`` creates it,
+or this one), and is skipped otherwise (the qa_inference rows then check the line saying so).
 """
+import contextlib
+import functools
 import importlib.util
+import json
 import os
+import shutil
 import sys
 
 import mxnet as mx
 import numpy as onp
 import pytest
 
+from gluon_attention.data import squad
+from gluon_attention.models.qa import ModelForQAConditional, QAInference
+from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.tasks.bench import models as bench_models, qa as bench_qa
+from gluon_attention.tasks.squad.evaluation import run_batches
+from gluon_attention.tasks.squad.folder import save_model_folder
+from gluon_attention.tasks.squad.predictor import load_folder_model
 
 from squad_tiny import ROOT, make_tiny_bert
 
 KEYS = {'config', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_mb',
-        'throughput', 'unit'}
+        'throughput', 'unit', 'answers_kept', 'f1'}
 TINY_QA = dict(max_questions=3, max_seq_length=64, batch_size=4)
+PEER_SCRIPT = str(ROOT / 'scripts' / 'bench_qa_torch_peer.py')
+ONNX_ROWS = {'onnxruntime', 'onnxruntime_ours_optimized', 'ours_int8'}
+PEER_ROWS = {'torch_transformers', 'onnxruntime_hf_optimized', 'onnxruntime_hf_int8'}
 
 
 @pytest.fixture(scope='module')
@@ -27,6 +42,7 @@ def tiny_bert(tmp_path_factory):
     return make_tiny_bert(tmp_path_factory.mktemp('tiny_bert'))
 
 
+@functools.lru_cache(maxsize=None)
 def _peer_python():
     for python in (str(ROOT / '.venv-peer' / 'bin' / 'python'), sys.executable):
         if os.path.exists(python) and bench_models.has_transformers(python):
@@ -46,19 +62,131 @@ def _check_rows(rows, config, mode, unit, amount):
             assert ratio == pytest.approx(medians[peer] / row['median_s'])
 
 
-def test_qa_inference_rows_time_every_question_of_each_runtime(tiny_bert):
+def _printed(capsys):
+    return [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith('qa_inference:')]
+
+
+def test_qa_inference_rows_time_every_question_and_say_which_rows_are_left_out(
+        tiny_bert, monkeypatch, capsys):
+    monkeypatch.setattr(bench_qa, 'ONNX_MODULES', ('onnxruntime', 'ga_no_such_module'))
     rows = bench_qa.qa_inference_rows('unused', 1, None, rounds=1, warmup=0,
                                       model_dir=tiny_bert, **TINY_QA)
-    impls = {r['impl'] for r in rows}
-    has_onnx = importlib.util.find_spec('onnxruntime') is not None
-    assert impls == ({'ours_exported', 'onnxruntime'} if has_onnx else {'ours_exported'})
+    assert [r['impl'] for r in rows] == ['ours_exported'] and rows[0]['ratio'] == {}
+    assert rows[0]['answers_kept'] == 1.0 and rows[0]['f1'] is None    # random heads: no F1
     _check_rows(rows, 'qa_inference', 'infer', 'questions/s', 3)
     questions, batches = bench_qa.eval_batches(model_dir=tiny_bert, **TINY_QA)
     assert questions == 3 and all(r['shape'] == [4, 64] for r in rows)
     lengths = [b['input_ids'].shape[1] for b in batches]
     assert lengths == sorted(lengths) and all(t % 8 == 0 and t <= 64 for t in lengths)
-    if has_onnx:
-        assert rows[0]['ratio'].keys() == {'onnxruntime'}
+    model, onnx, peer = _printed(capsys)
+    assert 'random heads' in model and 'no F1' in model
+    assert onnx.startswith('qa_inference: no onnxruntime, onnxruntime_ours_optimized, ours_int8, '
+                           'onnxruntime_hf_optimized, onnxruntime_hf_int8 rows: ')
+    assert 'ga_no_such_module' in onnx
+    assert peer.startswith('qa_inference: no torch_transformers row: no interpreter with torch')
+
+
+def _tiny_model_folder(folder, encoder_dir, trained_titles=()):
+    """A fine-tuned model folder of the tiny encoder: random heads, threshold 0.5, evaluation
+    lengths 64 / 16."""
+    mx.random.seed(1)
+    model = ModelForQAConditional(BertEncoder.from_pretrained(encoder_dir), units=16)
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        head.initialize(mx.init.Normal(0.5))
+    ids = mx.np.ones((1, 8), dtype='int32')            # a forward pass sizes the heads
+    QAInference(model, 5, 5)(ids, mx.np.zeros_like(ids), mx.np.array([8], dtype='int32'),
+                             mx.np.ones((1, 8)))
+    return save_model_folder(model, str(folder), encoder_dir, dict(
+        null_threshold=0.5, null_threshold_source='test', trained_titles=list(trained_titles),
+        head_units=16, head_dropout=0.0, eval_max_seq_length=64, max_query_length=16,
+        version_2_with_negative=True))
+
+
+def _rows_and_printed(folder, torch_python, tmp_path):
+    capture = tmp_path / 'printed.txt'
+    with open(capture, 'w') as out, contextlib.redirect_stdout(out):
+        rows = bench_qa.qa_inference_rows(PEER_SCRIPT, 1, torch_python, rounds=1, warmup=0,
+                                          model_dir=folder, max_questions=3, batch_size=4)
+    return {r['impl']: r for r in rows}, capture.read_text().splitlines()
+
+
+@pytest.fixture(scope='module')
+def tuned_rows(tiny_bert, tmp_path_factory):
+    """qa_inference rows (by name) of the tiny fine-tuned folder without the peer, what they
+    printed, and the folder."""
+    pytest.importorskip('onnxruntime')
+    folder = _tiny_model_folder(tmp_path_factory.mktemp('tuned') / 'model', tiny_bert)
+    return _rows_and_printed(folder, None, tmp_path_factory.mktemp('printed')) + (folder,)
+
+
+def _check_quality(byname, names):
+    for name in names:
+        kept = byname[name]['answers_kept']
+        assert kept * 3 == pytest.approx(round(kept * 3)) and 0 <= kept <= 1
+        assert 0 <= byname[name]['f1'] <= 100
+        assert name == 'onnxruntime' or 'onnxruntime' in byname[name]['ratio']
+
+
+def test_qa_inference_rows_of_a_fine_tuned_folder_give_answers_kept_and_f1(tuned_rows):
+    byname, printed, folder = tuned_rows
+    assert set(byname) == {'ours_exported'} | ONNX_ROWS
+    _check_rows(list(byname.values()), 'qa_inference', 'infer', 'questions/s', 3)
+    assert all(r['shape'] == [4, 64] for r in byname.values())   # the folder's eval length
+    # the reference: the job's own evaluation path on the folder (threshold 0.5)
+    found = bench_qa.eval_set(3, 4, 64, 16, folder)
+    inference = QAInference(load_folder_model(folder, [mx.cpu()]), 5, 5)
+    outputs = run_batches(inference, found['features'], 4, mx.cpu())
+    final = squad.decode_predictions(found['examples'], found['features'], outputs, 20, 30,
+                                     0.5)[1]
+    want_f1 = squad.squad_evaluate(found['examples'], final)['f1']
+    assert byname['ours_exported']['answers_kept'] == 1.0
+    assert byname['ours_exported']['f1'] == pytest.approx(want_f1)
+    assert byname['onnxruntime']['answers_kept'] == 1.0      # float32, equal within 1e-4
+    _check_quality(byname, ONNX_ROWS)
+    assert printed[0].startswith('qa_inference: the fine-tuned model ') and 'F1' in printed[0]
+    assert printed[1:] == ['qa_inference: no torch_transformers, onnxruntime_hf_optimized, '
+                           'onnxruntime_hf_int8 rows: no interpreter with torch and '
+                           'transformers (make bench installs .venv-peer; benchmark.py '
+                           '--torch-python)']
+
+
+@pytest.mark.slow          # the peer's torch.onnx.export alone takes about 10 s
+def test_the_peer_writes_the_hf_rows_from_the_same_weights(tuned_rows, tmp_path):
+    python = _peer_python()
+    if python is None or not bench_models.imports(python, ('onnx',)):
+        pytest.skip('no interpreter with torch, transformers and onnx (make bench creates '
+                    '.venv-peer)')
+    byname, printed = _rows_and_printed(tuned_rows[2], python, tmp_path)
+    assert set(byname) == {'ours_exported'} | ONNX_ROWS | PEER_ROWS and len(printed) == 1
+    _check_rows(list(byname.values()), 'qa_inference', 'infer', 'questions/s', 3)
+    _check_quality(byname, ONNX_ROWS | PEER_ROWS - {'torch_transformers'})
+    assert byname['onnxruntime_hf_optimized']['answers_kept'] == 1.0   # float32, same model
+    assert byname['torch_transformers']['answers_kept'] is None
+    assert byname['ours_int8']['ratio'].keys() == set(bench_models.PEERS)
+
+
+def test_qa_inference_refuses_a_folder_trained_on_the_questions(tiny_bert, tuned_rows,
+                                                                 tmp_path):
+    folder = tmp_path / 'model'
+    shutil.copytree(tuned_rows[2], folder)
+    config = json.loads((folder / 'qa_config.json').read_text())
+    config['trained_titles'] = ['Normans']
+    (folder / 'qa_config.json').write_text(json.dumps(config))
+    with pytest.raises(ValueError, match='no article the model was trained on'):
+        bench_qa.qa_inference_rows('unused', 1, None, model_dir=str(folder), **TINY_QA)
+
+
+def test_answer_quality_counts_identical_texts_and_scores_the_official_f1():
+    def example(qid, answers):
+        return squad.SquadExample(qid, 't', 'q?', 'In 911 Normandy', answers, not answers)
+    examples = [example('a', [('Normandy', 7)]), example('b', [('in 911', 0)]), example('c', [])]
+    reference = {'a': 'Normandy', 'b': 'in 911', 'c': ''}
+    answers = {'a': 'Normandy', 'b': 'in the year 911', 'c': ''}
+    kept, f1 = bench_qa.answer_quality(examples, reference, answers)
+    # b: tokens (in, year, 911) against (in, 911) once 'the' is dropped: P 2/3, R 1, F1 0.8
+    assert kept == pytest.approx(2 / 3) and f1 == pytest.approx(100 * (1 + 0.8 + 1) / 3)
+    assert bench_qa.answer_quality(examples, reference, reference, f1=False) == (1.0, None)
 
 
 def test_exported_runner_gives_the_unexported_outputs(tiny_bert, tmp_path):
@@ -85,16 +213,19 @@ def test_squad_step_rows_report_features_per_second(tiny_bert):
     _check_rows(rows, 'squad_step', 'train', 'features/s', 2)
 
 
-def test_model_table_prints_ratios_to_each_peer():
+def test_model_table_prints_ratios_to_each_peer_answers_kept_and_f1():
     rows = [dict(config='qa_inference', mode='infer', impl=impl, median_s=s, throughput=t,
-                 unit='questions/s', ratio=r) for impl, s, t, r in (
-                     ('ours_exported', 2.0, 313.0, {'torch_transformers': 1.5,
-                                                    'onnxruntime': 0.9}),
-                     ('torch_transformers', 3.0, 208.7, {}))]
+                 unit='questions/s', ratio=r, answers_kept=k, f1=f) for impl, s, t, r, k, f in (
+                     ('ours_int8', 2.0, 313.0, {'torch_transformers': 1.5, 'onnxruntime': 0.9,
+                                                'onnxruntime_hf_int8': 1.25}, 0.875, 53.971),
+                     ('torch_transformers', 3.0, 208.7, {}, None, None))]
     table = bench_models.model_table(rows + [dict(config='bert128')])
-    assert table[-2] == ('| qa_inference | infer | ours_exported | 2.000 | 313.00 questions/s '
-                         '| 1.50x | 0.90x |')
-    assert table[-1].endswith('| - | - |') and len(table) == 5
+    assert table[1].endswith('| vs torch + transformers | vs ONNX Runtime | vs HF fused (ONNX '
+                             'Runtime) | vs HF INT8 (ONNX Runtime) | answers kept | F1 |')
+    assert table[-2] == ('| qa_inference | infer | ours_int8 | 2.000 | 313.00 questions/s '
+                         '| 1.50x | 0.90x | - | 1.25x | 87.5% | 53.97 |')
+    assert table[-1].endswith('| - | - | - | - | - | - |') and len(table) == 5
+    assert all(line.count('|') == table[1].count('|') for line in table[1:])
     assert bench_models.model_table([dict(config='bert128')]) == []
 
 
@@ -141,7 +272,8 @@ def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
                 cpu_features='avx2 fma')
     table = script.markdown([row], info, 100.0)
     assert 'Fused kernel: avx2 path (CPU instruction sets: avx2 fma)' in table
-    assert '| squad_step | train | ours | 1.600 | 10.00 features/s | 1.25x | - |' in table
+    assert ('| squad_step | train | ours | 1.600 | 10.00 features/s | 1.25x | - | - | - | - | - |'
+            in table)
 
 
 @pytest.mark.parametrize('argv', [['--configs', ''], ['--configs', ' , '],
@@ -155,3 +287,12 @@ def test_benchmark_refuses_no_config_an_unknown_one_and_zero_rounds(argv, capsys
 def test_benchmark_configs_may_have_spaces_around_the_names():
     configs = _benchmark_script().parse_args(['--configs', ' squad_step , qa_inference']).configs
     assert configs == ['squad_step', 'qa_inference']
+
+
+def test_benchmark_refuses_a_qa_model_dir_without_a_model_before_timing(tmp_path, capsys,
+                                                                       monkeypatch):
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')     # main sets it from --threads
+    with pytest.raises(SystemExit, match='must be a pretrained BERT folder'):
+        _benchmark_script().main(['--threads', '1', '--configs', 'qa_inference',
+                                  '--qa-model-dir', str(tmp_path)])
+    assert _benchmark_script().parse_args([]).qa_model_dir == ''

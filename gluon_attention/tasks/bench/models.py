@@ -15,8 +15,11 @@ Rows keep the attention rows' keys: ``config``, ``shape`` ([B, T]: batch and (lo
 length), ``mode`` ('train' or 'infer'), ``impl``, ``median_s``, ``gflops`` (None: not counted
 for whole models), ``ratio`` (peer time / this row's time, by peer implementation name) and
 ``peak_mb`` (None: not measured); they add ``throughput`` and ``unit`` (features/s or
-questions/s). Ratios are given against the peers ``torch_transformers`` and ``onnxruntime``
-only; a peer that is absent (no torch interpreter, no onnxruntime) has no row and no ratio.
+questions/s), ``answers_kept`` (the fraction of the questions whose answer is that of our
+float32 exported graph) and ``f1`` (official SQuAD F1 of the answers, percent), both None where
+not measured (``squad_step``; the torch row; ``f1`` under random heads). Ratios are given
+against the peers of :data:`PEERS` only; a peer that is absent (no torch interpreter, no
+onnxruntime) has no row and no ratio.
 """
 import json
 import os
@@ -26,27 +29,39 @@ import sys
 
 from ..._resources import default_model_dir
 
-__all__ = ['MODEL_CONFIGS', 'TORCH', 'PEERS', 'has_transformers', 'rows_from_medians',
-           'squad_step_rows', 'model_table']
+__all__ = ['MODEL_CONFIGS', 'TORCH', 'PEERS', 'PEER_TITLES', 'has_transformers', 'imports',
+           'rows_from_medians', 'squad_step_rows', 'model_table']
 
 MODEL_CONFIGS = ('squad_step', 'qa_inference')
 TORCH = 'torch_transformers'
-PEERS = (TORCH, 'onnxruntime')
+# The peers every whole-model row is compared with, and their table headings.
+PEERS = (TORCH, 'onnxruntime', 'onnxruntime_hf_optimized', 'onnxruntime_hf_int8')
+PEER_TITLES = ('vs torch + transformers', 'vs ONNX Runtime', 'vs HF fused (ONNX Runtime)',
+               'vs HF INT8 (ONNX Runtime)')
+
+
+def imports(python, modules):
+    """Whether the interpreter ``python`` imports every module of ``modules``."""
+    return subprocess.run([python, '-c', 'import ' + ', '.join(modules)],
+                          capture_output=True).returncode == 0
 
 
 def has_transformers(python):
     """Whether the interpreter ``python`` imports torch and transformers."""
-    return subprocess.run([python, '-c', 'import torch, transformers'],
-                          capture_output=True).returncode == 0
+    return imports(python, ('torch', 'transformers'))
 
 
-def rows_from_medians(config, shape, mode, medians, amount, unit):
+def rows_from_medians(config, shape, mode, medians, amount, unit, quality=None):
     """The rows of one whole-model configuration from {impl: median seconds}; ``amount``
-    features or questions per timed unit (see the module docstring for the keys)."""
+    features or questions per timed unit; ``quality``: {impl: (answers_kept, f1)} where
+    measured (see the module docstring for the keys)."""
+    quality = quality or {}
     return [dict(config=config, shape=list(shape), mode=mode, impl=impl, median_s=seconds,
                  gflops=None, peak_mb=None, throughput=amount / seconds, unit=unit,
                  ratio={peer: medians[peer] / seconds for peer in PEERS
-                        if peer in medians and peer != impl})
+                        if peer in medians and peer != impl},
+                 answers_kept=quality.get(impl, (None, None))[0],
+                 f1=quality.get(impl, (None, None))[1])
             for impl, seconds in medians.items()]
 
 
@@ -83,11 +98,15 @@ def model_table(rows):
     rows = [r for r in rows if r['config'] in MODEL_CONFIGS]
     if not rows:
         return []
-    lines = ['', '| config | mode | implementation | median s | throughput | vs torch + '
-             'transformers | vs ONNX Runtime |', '|---|---|---|---:|---:|---:|---:|']
+    lines = ['', '| config | mode | implementation | median s | throughput | '
+             + ' | '.join(PEER_TITLES) + ' | answers kept | F1 |',
+             '|---|---|---|---:|---:|' + '---:|' * (len(PEERS) + 2)]
     for row in rows:
         cells = [row['config'], row['mode'], row['impl'], '%.3f' % row['median_s'],
                  '%.2f %s' % (row['throughput'], row['unit'])]
         cells += ['%.2fx' % row['ratio'][p] if p in row['ratio'] else '-' for p in PEERS]
+        kept, f1 = row.get('answers_kept'), row.get('f1')
+        cells += ['-' if kept is None else '%.1f%%' % (100 * kept),
+                  '-' if f1 is None else '%.2f' % f1]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return lines

@@ -7,7 +7,8 @@ one ``Attention``, two ``SkipLayerNormalization`` (bias folded in) and one ``Bia
 in the export, no initializer of the written file feeds two nodes.
 :func:`quantize_onnx` quantizes the weights of its ``MatMul`` and ``Attention`` nodes to INT8
 (``quantize_dynamic``: activations quantized per call, per tensor; weights per tensor or per
-output channel). Both need onnxruntime and sympy (the ``[onnx]`` extra).
+output channel). :func:`optimize_and_quantize` runs one, then the other (the INT8 route of
+``run_squad.py quantize``). They need onnxruntime and sympy (the ``[onnx]`` extra).
 """
 import collections
 import os
@@ -16,7 +17,7 @@ from ... import _checks
 from ..engine.common import atomic_path
 from .onnx_fusable import unshare_initializers
 
-__all__ = ['FUSED_OPS', 'fusion_counts', 'optimize_onnx', 'quantize_onnx']
+__all__ = ['FUSED_OPS', 'fusion_counts', 'optimize_onnx', 'quantize_onnx', 'optimize_and_quantize']
 
 # The fused operators counted by :func:`fusion_counts` (com.microsoft domain).
 FUSED_OPS = ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'BiasGelu', 'Gelu',
@@ -88,10 +89,31 @@ def quantize_onnx(onnx_path, out_path, per_channel=True, exclude=()):
         QuantType, quantize_dynamic)
     kept = [node.name for node in onnx.load(os.fspath(onnx_path)).graph.node
             if exclude and node.name.startswith(tuple(exclude))]
-    with atomic_path(out_path) as tmp:
-        quantize_dynamic(os.fspath(onnx_path), tmp, per_channel=bool(per_channel),
-                         weight_type=QuantType.QInt8, nodes_to_exclude=kept,
-                         op_types_to_quantize=['MatMul', 'Attention'],
-                         # the fused com.microsoft outputs have no inferred type: float32
-                         extra_options={'DefaultTensorType': 1})
+    import logging  # pylint: disable=import-outside-toplevel
+    root = logging.getLogger()
+    # it warns on the root logger for each fused output it cannot type (DefaultTensorType
+    # below types them) and suggests a pre-processing step meant for image models
+    level, root.level = root.level, max(root.level, logging.ERROR)
+    try:
+        with atomic_path(out_path) as tmp:
+            quantize_dynamic(os.fspath(onnx_path), tmp, per_channel=bool(per_channel),
+                             weight_type=QuantType.QInt8, nodes_to_exclude=kept,
+                             op_types_to_quantize=['MatMul', 'Attention'],
+                             # the fused com.microsoft outputs have no inferred type: float32
+                             extra_options={'DefaultTensorType': 1})
+    finally:
+        root.level = level
     return fusion_counts(out_path)
+
+
+def optimize_and_quantize(onnx_path, prefix, num_heads, hidden_size, per_channel=True,
+                          exclude=()):
+    """:func:`optimize_onnx` of the fusable float32 file ``onnx_path`` into
+    ``<prefix>-optimized.onnx``, then :func:`quantize_onnx` of that into ``<prefix>-int8.onnx``
+    (``per_channel``, ``exclude`` as there). Returns ``onnx``, ``optimized``, ``int8`` (the
+    paths), ``per_channel``, ``optimized_counts`` and ``int8_counts`` (:func:`fusion_counts`)."""
+    optimized, int8 = prefix + '-optimized.onnx', prefix + '-int8.onnx'
+    fused = optimize_onnx(onnx_path, optimized, num_heads, hidden_size)
+    counts = quantize_onnx(optimized, int8, per_channel, exclude=exclude)
+    return {'onnx': onnx_path, 'optimized': optimized, 'int8': int8,
+            'per_channel': bool(per_channel), 'optimized_counts': fused, 'int8_counts': counts}

@@ -52,21 +52,16 @@ def write_int8_model(inference, folder, num_heads, hidden_size, per_channel=True
     """Export ``inference`` (a :class:`QAInference`) to ``folder`` and write its float32 ONNX
     files and the INT8 one (see the module docstring). Returns the ``int8.json`` content."""
     from ..export.onnx_optimize import (  # pylint: disable=import-outside-toplevel
-        optimize_onnx, quantize_onnx)
+        optimize_and_quantize)
     from .onnx_check import export_qa_onnx  # pylint: disable=import-outside-toplevel
     inference.hybridize(static_alloc=True)
     batch = _graph_inputs()
     inference(*[mx.np.array(batch[k], dtype=batch[k].dtype) for k in INPUT_NAMES])
     prefix = os.path.join(folder, 'qa')
     export_block(inference, prefix, INPUT_NAMES, INPUT_DTYPES)
-    plain = export_qa_onnx(prefix)
-    fused = optimize_onnx(plain, prefix + '-optimized.onnx', num_heads, hidden_size)
-    exclude = () if int8_head else (HEAD_PREFIX,)
-    int8 = quantize_onnx(prefix + '-optimized.onnx', prefix + '-int8.onnx', per_channel,
-                         exclude=exclude)
-    report = {'onnx': plain, 'optimized': prefix + '-optimized.onnx',
-              'int8': prefix + '-int8.onnx', 'per_channel': bool(per_channel),
-              'int8_head': bool(int8_head), 'optimized_counts': fused, 'int8_counts': int8}
+    report = optimize_and_quantize(export_qa_onnx(prefix), prefix, num_heads, hidden_size,
+                                   per_channel, exclude=() if int8_head else (HEAD_PREFIX,))
+    report['int8_head'] = bool(int8_head)
     atomic_write_json(os.path.join(folder, 'int8.json'), report)
     return report
 
