@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .._checks import fail
 from .._resources import data_file, missing_file
-from .squad_decode import best_span, decode_predictions, is_blank_input, span_candidates
+from .squad_decode import (best_span, decode_predictions, independent_top_spans, is_blank_input,
+                           span_candidates)
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
                              default_model_dir, length_sorted_batches, load_tokenizer)
 from .squad_metric import (SWEEP_RULES, exact_match, f1_score, gold_answers, normalize_answer,
@@ -24,7 +25,8 @@ __all__ = ['SQUAD_URL', 'SQUAD_FILES', 'default_data_path', 'SquadExample', 'rea
            'length_sorted_batches',
            'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
            'sweep_null_threshold',
-           'squad_evaluate', 'best_span', 'span_candidates', 'decode_predictions']
+           'squad_evaluate', 'best_span', 'span_candidates', 'independent_top_spans',
+           'decode_predictions']
 
 #: Where the official SQuAD data sets are published.
 SQUAD_URL = 'https://rajpurkar.github.io/SQuAD-explorer/'

@@ -13,7 +13,8 @@ import numpy as onp
 
 from .._checks import check_positive_int, fail
 
-__all__ = ['is_blank_input', 'best_span', 'span_candidates', 'decode_predictions']
+__all__ = ['is_blank_input', 'best_span', 'span_candidates', 'independent_top_spans',
+           'decode_predictions']
 
 _RESULT_KEYS = ('start_top_logits', 'start_top_index', 'end_top_logits', 'end_top_index',
                 'answerable_logits')
@@ -91,7 +92,7 @@ def _unpack(result, index):
             answerable.reshape(-1))
 
 
-def span_candidates(feature, context, result, max_answer_length=30, index=0):
+def span_candidates(feature, context, result, max_answer_length=30, index=0, max_context=True):
     """Valid (score, text) spans of one feature from the model's top-k starts and ends.
 
     Parameters
@@ -106,19 +107,23 @@ def span_candidates(feature, context, result, max_answer_length=30, index=0):
     max_answer_length : int
     index : int
         Position of ``result`` in its list, for error messages.
+    max_context : bool
+        Keep only starts whose token has its maximum context in this chunk (False: every chunk
+        proposes its spans, as Hugging Face's question-answering example decodes).
 
     Returns
     -------
     list of (float, str)
         Spans whose start and end lie in this chunk's context tokens, ``end >= start``, at most
-        ``max_answer_length`` tokens, and whose start token has its maximum context here. Text is
-        ``context[char_start(start):char_end(end)]``.
+        ``max_answer_length`` tokens, and (with ``max_context``) whose start token has its
+        maximum context here. Text is ``context[char_start(start):char_end(end)]``.
     """
     s_logit, s_index, e_logit, e_index, _ = _unpack(result, index)
     low, high = feature.context_range
     candidates = []
     for i, start in enumerate(s_index):
-        if not (low <= start < high and feature.token_is_max_context[start - low]):
+        if not low <= start < high or (
+                max_context and not feature.token_is_max_context[start - low]):
             continue
         for end, e_score in zip(e_index[i], e_logit[i]):
             score = float(s_logit[i] + e_score)
@@ -127,6 +132,49 @@ def span_candidates(feature, context, result, max_answer_length=30, index=0):
                 char_end = feature.token_to_char[end - low][1]
                 candidates.append((score, context[char_start:char_end]))
     return candidates
+
+
+def independent_top_spans(start_logits, end_logits, top_n=20):
+    """The 5 outputs :func:`decode_predictions` reads, for a head whose start and end scores are
+    independent (Hugging Face's ``BertForQuestionAnswering``): its ``top_n`` starts, each paired
+    with the same ``top_n`` ends, and never the null answer.
+
+    Equivalent computation::
+
+        starts = indices of the top_n start_logits (best first); ends likewise
+        start_top_logits = start_logits[starts]                     # (N,)
+        end_top_logits[i] = end_logits[ends] for every i            # (N, N)
+        answerable_logits = (0, -inf): null score difference -inf
+
+    Parameters
+    ----------
+    start_logits, end_logits : array_like, float, shape (T,)
+        One feature's logits over its tokens (padding left out).
+    top_n : int
+        Starts and ends kept (fewer when T is smaller); ties keep the lower position.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``start_top_logits`` (N,), ``start_top_index`` (N,), ``end_top_logits`` (N, N),
+        ``end_top_index`` (N, N), ``answerable_logits`` (2,); float32 logits, int64 indices.
+
+    Raises
+    ------
+    ValueError
+        For inputs that are not 1-D of one non-zero length, or a non-positive ``top_n``.
+    """
+    start_logits = onp.asarray(start_logits, dtype=onp.float32)
+    end_logits = onp.asarray(end_logits, dtype=onp.float32)
+    check_positive_int('top_n', top_n)
+    if start_logits.ndim != 1 or start_logits.shape != end_logits.shape or not start_logits.size:
+        fail('start_logits and end_logits must be 1-D of one non-zero length (T,)',
+             start_shape=start_logits.shape, end_shape=end_logits.shape)
+    starts = onp.argsort(-start_logits, kind='stable')[:top_n]
+    ends = onp.argsort(-end_logits, kind='stable')[:top_n]
+    tiled = onp.broadcast_to(ends, (len(starts), len(ends)))
+    return (start_logits[starts], starts, end_logits[tiled], tiled,
+            onp.array([0.0, -onp.inf], onp.float32))
 
 
 def _nbest(candidates, n_best_size):
@@ -146,7 +194,7 @@ def _nbest(candidates, n_best_size):
 
 
 def decode_predictions(examples, features, results, n_best_size=20, max_answer_length=30,
-                       null_score_diff_threshold=0.0):
+                       null_score_diff_threshold=0.0, max_context=True):
     """Answer texts, null decisions and n-best lists for every example.
 
     Parameters
@@ -162,6 +210,8 @@ def decode_predictions(examples, features, results, n_best_size=20, max_answer_l
     n_best_size, max_answer_length : int
     null_score_diff_threshold : float
         Predict '' where the score difference exceeds it.
+    max_context : bool
+        As in :func:`span_candidates`.
 
     Returns
     -------
@@ -207,7 +257,7 @@ def decode_predictions(examples, features, results, n_best_size=20, max_answer_l
         candidates, diff = [], math.inf
         for k in grouped[index]:
             candidates += span_candidates(features[k], example.context, results[k],
-                                          max_answer_length, k)
+                                          max_answer_length, k, max_context)
             answerable = _unpack(results[k], k)[4]
             diff = min(diff, float(answerable[1] - answerable[0]))
         qid = example.qas_id

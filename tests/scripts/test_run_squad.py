@@ -104,6 +104,8 @@ def test_rerun_resumes_from_final_checkpoint_and_keeps_metrics(smoke_run):
                               r'warmup_ratio=2\.0'),
     (['--no-answer-chunk-ratio', '5'], r'--no-answer-chunk-ratio is a fraction in \[0, 1\]'),
     (['--grad-accum-steps', '0'], r'--grad-accum-steps must be a positive integer'),
+    (['--adam-epsilon', '0'], r'--adam-epsilon must be a finite number > 0\. Received: '
+                              r'adam_epsilon=0\.0'),
     (['--null-score-diff-threshold', 'nan'],
      r"--null-score-diff-threshold must be 'auto' or a finite number"),
     (['--eval-max-seq-length', '600'],

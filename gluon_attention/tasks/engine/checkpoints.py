@@ -21,10 +21,11 @@ from ... import _checks
 from .common import atomic_write_json
 
 __all__ = ['CheckpointManager', 'check_engine_state', 'check_resume', 'trainer_state_dict',
-           'load_trainer_state']
+           'load_trainer_state', 'sha256_file']
 
 
-def _sha256(path):
+def sha256_file(path):
+    """The hex sha256 of a file's bytes (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, 'rb') as f:
         for block in iter(lambda: f.read(1 << 20), b''):
@@ -77,7 +78,7 @@ class CheckpointManager:
                 with open(tmp, 'wb') as f:
                     onp.savez(f, **optimizer.state_dict())
             os.replace(tmp, path)
-            files[kind] = {'file': os.path.basename(path), 'sha256': _sha256(path)}
+            files[kind] = {'file': os.path.basename(path), 'sha256': sha256_file(path)}
         index = [e for e in self._index() if e['step'] != step]
         index.append({'step': step, 'files': files, 'meta': dict(meta, **_machine_load())})
         index.sort(key=lambda e: e['step'])
@@ -92,7 +93,7 @@ class CheckpointManager:
 
     def _intact(self, entry):
         return all(os.path.exists(os.path.join(self.folder, i['file'])) and
-                   _sha256(os.path.join(self.folder, i['file'])) == i['sha256']
+                   sha256_file(os.path.join(self.folder, i['file'])) == i['sha256']
                    for i in entry['files'].values())
 
     def entries(self):

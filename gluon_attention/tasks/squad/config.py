@@ -221,6 +221,8 @@ class TrainConfig(EvalFileOptions):
     warmup_ratio: float = recipe_option(0.1, 'fraction of the steps with linear warm-up')
     weight_decay: float = recipe_option(0.01, 'decoupled weight decay (not on biases and '
                                         'LayerNorm)')
+    adam_epsilon: float = recipe_option(1e-6, 'AdamW epsilon, added to the square root of the '
+                                        'uncorrected second moment')
     max_grad_norm: float = recipe_option(1.0, 'clip the global gradient norm (0: no clipping)')
     answerable_weight: float = recipe_option(3.0, 'weight of the answerable loss against the '
                                              'span loss')
@@ -307,6 +309,8 @@ def check_config(config):
     for name, value in each(_DROPOUTS):
         if not 0 <= value < 1:
             fail('--{} must lie in [0, 1)'.format(_flag(name)), **{name: value})
+    if 'adam_epsilon' in values and not 0 < values['adam_epsilon'] < math.inf:
+        fail('--adam-epsilon must be a finite number > 0', adam_epsilon=values['adam_epsilon'])
     if isinstance(config, TrainConfig) and config.max_steps == 0 and config.epochs <= 0:
         fail('--epochs must be > 0 when --max-steps is 0', epochs=config.epochs,
              max_steps=config.max_steps)

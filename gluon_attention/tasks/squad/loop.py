@@ -138,7 +138,8 @@ def _engine(model, features, config, contexts):
         for param in head.collect_params().values():
             param.lr_mult = config.head_lr_mult
     return DataParallel(model.collect_params(), config.kvstore,
-                        optimizer_params={'learning_rate': config.lr, 'wd': config.weight_decay})
+                        optimizer_params={'learning_rate': config.lr, 'wd': config.weight_decay,
+                                          'epsilon': config.adam_epsilon})
 
 
 class _Progress:
