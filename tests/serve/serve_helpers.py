@@ -1,10 +1,12 @@
 """What the server tests share: a tiny served model (the da7f4ab fixture folder with its exported
-graph), free loopback ports, a started instance, the demo questions, a JSON POST."""
+graph), free loopback ports, a started instance, the demo questions, a JSON POST, a worker's
+context for one batch."""
 import json
 import os
 import random
 import shutil
 import socket
+import uuid
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,14 @@ def post(url, body, content_type='application/json', timeout=30):
     status, text = serve.http_request('POST', url, data, content_type=content_type,
                                       timeout=timeout)
     return status, json.loads(text) if text.startswith(('{', '[')) else text
+
+
+def worker_context(size):
+    """The context a Multi Model Server worker hands the handler for a batch of ``size`` requests
+    (as mms.service.Service.predict sets it up); skips when the [serve] extra is missing."""
+    mms_context = pytest.importorskip(
+        'mms.context', reason='the [serve] extra (multi-model-server) is not installed')
+    context = mms_context.Context('squad', '.', {}, size, None, '1.1.11')
+    context.request_ids = {i: str(uuid.uuid4()) for i in range(size)}
+    context.request_processor = [mms_context.RequestProcessor({}) for _ in range(size)]
+    return context

@@ -1,25 +1,26 @@
 """The handler's batch logic without a server: one predictor call for every valid question of the
-batch, a status per request, and a model failure confined to the request that caused it."""
+batch, a status per request, no response header, bodies padded for the frontend, and a model
+failure confined to the request that caused it."""
 import json
 import types
 
+from gluon_attention.tasks.serve.frame import ALIGN, STATUS_AT, status_offsets
 from gluon_attention.tasks.serve.handler import QAService
 from gluon_attention.tasks.serve.protocol import Limits
 
+from serve_helpers import worker_context
 
-class Context:
-    """The per-request status and content type of a server context."""
 
-    def __init__(self, size):
-        self.status = [200] * size
-        self.types = [None] * size
+def _statuses(context, size):
+    return [context.get_response_status(i)[0] for i in range(size)]
 
-    def set_response_status(self, code, phrase, idx):
-        assert phrase
-        self.status[idx] = code
 
-    def set_response_content_type(self, idx, value):
-        self.types[idx] = value
+def _check_frame(context, texts):
+    """No header set, every status code placed at STATUS_AT modulo 16 in the worker's frame."""
+    assert all(context.get_response_headers(i) == {} for i in range(len(texts)))
+    assert all(at % ALIGN == STATUS_AT for at in status_offsets(texts, context))
+    assert all(context.get_response_status(i)[1] for i in range(len(texts))
+               if context.get_response_status(i)[0] != 200)      # a reason phrase with a code
 
 
 class Predictor:
@@ -51,25 +52,28 @@ def _row(value):
 
 
 def test_one_predictor_call_answers_every_valid_request_of_the_batch():
-    service, context = _service(), Context(4)
+    service, context = _service(), worker_context(4)
     rows = [_row({'question': 'ab', 'context': 'x'}), {'body': b'\xff'},
             _row([{'question': 'cd', 'context': 'x'}, {'question': 'ef', 'context': 'y'}]),
             _row([{'question': 'q', 'context': 'x'}] * 4)]       # 4 features > 3
-    out = [json.loads(text) for text in service.handle(rows, context)]
+    texts = service.handle(rows, context)
+    out = [json.loads(text) for text in texts]
     assert service.predictor.calls == [[('ab', 'x'), ('cd', 'x'), ('ef', 'y')]]
-    assert context.status == [200, 400, 200, 413]
-    assert context.types == ['application/json'] * 4
+    assert _statuses(context, 4) == [200, 400, 200, 413]
+    _check_frame(context, texts)
     assert out[0]['answer'] == 'ba' and [a['answer'] for a in out[2]] == ['dc', 'fe']
     assert (out[1]['field'], out[3]['field'], out[3]['status']) == ('body', 'body', 413)
     assert out[3]['received'] == '4 question(s) making 4 features'
 
 
 def test_a_failing_request_gets_500_and_the_others_of_its_batch_are_answered():
-    service, context = _service(), Context(3)
+    service, context = _service(), worker_context(3)
     rows = [_row({'question': 'ab', 'context': 'x'}), _row({'question': 'boom', 'context': 'x'}),
             _row({'question': 'cd', 'context': 'x'})]
-    out = [json.loads(text) for text in service.handle(rows, context)]
-    assert context.status == [200, 500, 200]
+    texts = service.handle(rows, context)
+    out = [json.loads(text) for text in texts]
+    assert _statuses(context, 3) == [200, 500, 200]
+    _check_frame(context, texts)
     assert (out[0]['answer'], out[2]['answer']) == ('ba', 'dc')
     assert out[1] == {'error': 'prediction failed', 'field': 'body',
                       'received': 'RuntimeError', 'status': 500}

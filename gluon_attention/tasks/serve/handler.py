@@ -11,7 +11,8 @@ of all of them, ``features_per_pass`` per forward pass, each pass padded to its 
 Bodies are parsed here from bytes (server option ``decode_input_request=false``): a body the
 server cannot decode never reaches its own decoder, so it cannot take the worker down, and each
 bad request gets its own 4xx through the context's per-request status while the others of the
-batch are answered.
+batch are answered. The responses carry no header and their bodies are padded with spaces
+(:mod:`~gluon_attention.tasks.serve.frame`), so that the server's frontend decodes every batch.
 """
 import json
 import logging
@@ -19,6 +20,7 @@ import os
 from http import HTTPStatus
 
 from ..squad.predictor import QAPredictor
+from .frame import pad_bodies
 from .protocol import SERVE_JSON, Limits, RequestError, answer_json, error_json, parse_request
 
 __all__ = ['handle', 'QAService']
@@ -88,10 +90,10 @@ class QAService:
         return results
 
     def handle(self, rows, context):
-        """One JSON text per request of the batch; statuses set on ``context``."""
+        """One JSON text per request of the batch (padded for the frontend, see
+        :func:`~gluon_attention.tasks.serve.frame.pad_bodies`); statuses set on ``context``."""
         parsed, responses = [], [None] * len(rows)
         for i, row in enumerate(rows):
-            context.set_response_content_type(i, 'application/json')
             try:
                 parsed.append((i,) + self.parse(row))
             except RequestError as error:
@@ -106,7 +108,7 @@ class QAService:
                 continue
             body = [answer_json(a) for a in answers]
             responses[i] = json.dumps(body if is_list else body[0], ensure_ascii=False)
-        return responses
+        return pad_bodies(responses, context)
 
 
 def handle(data, context):
