@@ -15,13 +15,14 @@ from .._resources import data_file, missing_file
 from .squad_decode import (best_span, decode_predictions, independent_top_spans, is_blank_input,
                            span_candidates)
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
-                             default_model_dir, length_sorted_batches, load_tokenizer)
+                             default_model_dir, length_sorted_batches, load_tokenizer,
+                             tokenizer_files)
 from .squad_metric import (SWEEP_RULES, exact_match, f1_score, gold_answers, normalize_answer,
                            squad_evaluate, sweep_null_threshold)
 
 __all__ = ['SQUAD_URL', 'SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad',
-           'default_model_dir', 'load_tokenizer', 'SquadFeature', 'is_blank_input',
-           'convert_examples_to_features', 'batchify',
+           'default_model_dir', 'load_tokenizer', 'tokenizer_files', 'SquadFeature',
+           'is_blank_input', 'convert_examples_to_features', 'batchify',
            'length_sorted_batches',
            'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
            'sweep_null_threshold',

@@ -25,8 +25,8 @@ from .._resources import default_model_dir
 from .squad_decode import is_blank_input
 from .squad_metric import normalize_answer
 
-__all__ = ['default_model_dir', 'load_tokenizer', 'SquadFeature', 'convert_examples_to_features',
-           'batchify', 'length_sorted_batches']
+__all__ = ['default_model_dir', 'load_tokenizer', 'tokenizer_files', 'SquadFeature',
+           'convert_examples_to_features', 'batchify', 'length_sorted_batches']
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,19 +54,34 @@ def load_tokenizer(model_dir=None):
     """
     from tokenizers import Tokenizer
     from tokenizers.implementations import BertWordPieceTokenizer
-    model_dir = Path(default_model_dir() if model_dir is None else model_dir)
-    if (model_dir / 'tokenizer.json').is_file():
-        tokenizer = Tokenizer.from_file(str(model_dir / 'tokenizer.json'))
-    elif (model_dir / 'vocab.txt').is_file():
-        config_file = model_dir / 'tokenizer_config.json'
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-        tokenizer = BertWordPieceTokenizer(str(model_dir / 'vocab.txt'),
-                                           lowercase=config.get('do_lower_case', True))
+    files = tokenizer_files(model_dir)
+    if files[0].name == 'tokenizer.json':
+        tokenizer = Tokenizer.from_file(str(files[0]))
     else:
-        fail('expected tokenizer.json or vocab.txt in the model folder', model_dir=str(model_dir))
+        config = json.loads(files[1].read_text()) if len(files) > 1 else {}
+        tokenizer = BertWordPieceTokenizer(str(files[0]),
+                                           lowercase=config.get('do_lower_case', True))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+def tokenizer_files(model_dir=None):
+    """The files of a model folder that :func:`load_tokenizer` reads: ``[tokenizer.json]`` when
+    present, else ``[vocab.txt]`` and ``tokenizer_config.json`` when present (list of Path).
+
+    Raises
+    ------
+    ValueError
+        When the folder has neither ``tokenizer.json`` nor ``vocab.txt``.
+    """
+    model_dir = Path(default_model_dir() if model_dir is None else model_dir)
+    if (model_dir / 'tokenizer.json').is_file():
+        return [model_dir / 'tokenizer.json']
+    if not (model_dir / 'vocab.txt').is_file():
+        fail('expected tokenizer.json or vocab.txt in the model folder', model_dir=str(model_dir))
+    return [model_dir / name for name in ('vocab.txt', 'tokenizer_config.json')
+            if (model_dir / name).is_file()]
 
 
 @dataclasses.dataclass

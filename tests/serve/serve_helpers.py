@@ -41,25 +41,27 @@ def free_port(taken=()):
     pytest.fail('no free loopback port in 20000-32000')
 
 
-def tiny_model(root):
-    """The fixture's model folder with its tokenizer files (``root/model``) and its exported
-    graph (``root/export/qa``)."""
+def tiny_model(root, export=True):
+    """The fixture's model folder with its tokenizer files (``root/model``) and, with
+    ``export``, its exported graph (``root/export/qa``, where a train run writes it)."""
     shutil.copytree(LEGACY / 'model', root / 'model')
-    shutil.copytree(LEGACY / 'export', root / 'export')
+    if export:
+        shutil.copytree(LEGACY / 'export', root / 'export')
     for name in ('vocab.txt', 'tokenizer.json'):
         shutil.copyfile(default_model_dir() / name, root / 'model' / name)
     return root
 
 
 def start_server(model, instance, **options):
-    """Start an instance serving ``tiny_model(model)`` on free ports; fails (not skips) when Java
-    is present but the [serve] extra is missing. Returns (config, instance.json content)."""
+    """Start an instance serving ``tiny_model(model)`` on free ports (its graph: the export
+    beside the folder, else exported by the start); fails (not skips) when Java is present but the
+    [serve] extra is missing. Returns (config, instance.json content)."""
     try:
         serve.check_runtime()
     except serve.ServeSetupError as err:
         pytest.fail('Java is present but serving cannot start: {}'.format(err))
     port = free_port()
-    values = dict(model_dir=str(model / 'model'), graph=str(model / 'export' / 'qa'),
+    values = dict(model_dir=str(model / 'model'), graph='',
                   instance_dir=str(model / instance), port=port,
                   management_port=free_port(taken=(port,)), threads=1,
                   null_score_diff_threshold=str(THRESHOLD), start_timeout=120)

@@ -1,11 +1,14 @@
-"""The model archive (``.mar``) that Multi Model Server loads: the fine-tuned model folder, its
-exported inference graph and ``serve.json``, with :mod:`~gluon_attention.tasks.serve.handler` as
-the handler.
+"""The model archive (``.mar``) that Multi Model Server loads: what the handler
+(:mod:`~gluon_attention.tasks.serve.handler`) reads, nothing more.
 
-Layout inside the archive: ``model/`` (the folder's files), ``graph/qa-symbol.json``,
-``graph/qa-0000.params``, ``graph/qa-inputs.json``, ``serve.json`` and the archiver's
-``MAR-INF/MANIFEST.json``. The archive is written by ``model-archiver`` (the ``[serve]`` extra)
-from a staging folder of links, and rebuilt only when a file it holds, or ``serve.json``, changed.
+Layout inside the archive: ``graph/qa-symbol.json``, ``graph/qa-0000.params``,
+``graph/qa-inputs.json`` (the exported graph: the model's weights are its params), ``model/``
+with the fine-tuned folder's ``qa_config.json`` (lengths, threshold) and the tokenizer files
+:func:`~gluon_attention.data.squad.tokenizer_files` names (``tokenizer.json``, else ``vocab.txt``
+and ``tokenizer_config.json``), ``serve.json`` and the archiver's ``MAR-INF/MANIFEST.json``. The
+folder's ``model.safetensors`` and ``qa_head.safetensors`` (the same weights again) stay out. The
+archive is written by ``model-archiver`` (the ``[serve]`` extra) from a staging folder of links,
+and rebuilt only when a file it holds, or ``serve.json`` (which lists them), changed.
 """
 import dataclasses
 import json
@@ -15,16 +18,16 @@ import subprocess
 import sys
 
 from ..._checks import fail
+from ...data import squad
 from ..engine.common import atomic_write_json
-from ..squad.folder import TOKENIZER_FILES, check_model_folder
+from ..squad.folder import QA_CONFIG, check_model_folder
 from .protocol import SERVE_JSON
 
 __all__ = ['HANDLER', 'GRAPH_SUFFIXES', 'default_graph', 'graph_exists', 'export_graph',
-           'build_archive']
+           'archived_files', 'build_archive']
 
 HANDLER = 'gluon_attention.tasks.serve.handler:handle'
 GRAPH_SUFFIXES = ('-symbol.json', '-0000.params', '-inputs.json')
-_MODEL_FILES = ('config.json', 'model.safetensors', 'qa_head.safetensors', 'qa_config.json')
 
 
 def default_graph(model_dir):
@@ -45,25 +48,23 @@ def export_graph(model_dir, prefix, start_top_n=5, end_top_n=5):
     # late imports: only a server whose graph is missing builds the model in this process
     # pylint: disable=import-outside-toplevel
     import mxnet as mx
-    from ...data import squad
+    from ...models.encoder import BertEncoder
     from ...models.qa import QAInference
     from ..export.block import export_and_check
-    from ..squad.folder import read_qa_config
     from ..squad.data import INPUT_DTYPES, INPUT_NAMES, eval_features
-    from ...models.encoder import BertEncoder
-    from ..squad.folder import load_qa_model
-    from ..squad.predict import pair_example
+    from ..squad.folder import load_qa_model, read_qa_config
     qa_config = read_qa_config(model_dir)
-    model = load_qa_model(model_dir, BertEncoder.from_pretrained(model_dir, ctx=[mx.cpu()]),
-                          [mx.cpu()])[0]
-    block = QAInference(model, start_top_n, end_top_n)
-    block.hybridize(static_alloc=True)
-    features = eval_features([pair_example('Where is the graph?', 'The graph is exported here.')],
-                             squad.load_tokenizer(model_dir), qa_config['eval_max_seq_length'],
-                             qa_config['max_query_length'])
+    example = squad.SquadExample('0', '', 'Where is the graph?', 'The graph is exported here.',
+                                 [], False)
+    features = eval_features([example], squad.load_tokenizer(model_dir),
+                             qa_config['eval_max_seq_length'], qa_config['max_query_length'])
     arrays = squad.batchify(features, round_to=8)
-    return export_and_check(block, prefix, [[arrays[k] for k in INPUT_NAMES]], INPUT_NAMES,
-                            INPUT_DTYPES)[1]
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        model = load_qa_model(model_dir, BertEncoder.from_pretrained(model_dir, ctx=[mx.cpu()]),
+                              [mx.cpu()])[0]
+        block = QAInference(model, start_top_n, end_top_n)
+        return export_and_check(block, prefix, [[arrays[k] for k in INPUT_NAMES]], INPUT_NAMES,
+                                INPUT_DTYPES)[1]
 
 
 def _link(source, target):
@@ -72,18 +73,26 @@ def _link(source, target):
     os.symlink(os.path.abspath(source), target)
 
 
-def _stage(model_dir, graph, stage, settings):
-    """Links to every file the archive holds, and serve.json (rewritten only when it changed);
-    returns the newest modification time among them."""
+def archived_files(model_dir, graph):
+    """``{path inside the archive: source file}`` of every file the archive holds besides
+    serve.json: the graph, qa_config.json and the tokenizer files."""
+    files = {'graph/qa' + suffix: graph + suffix for suffix in GRAPH_SUFFIXES}
+    files['model/' + QA_CONFIG] = os.path.join(model_dir, QA_CONFIG)
+    files.update(('model/' + path.name, str(path)) for path in squad.tokenizer_files(model_dir))
+    return files
+
+
+def _stage(files, stage, settings):
+    """Links to every file of ``files`` (and no other) and serve.json (rewritten only when it
+    changed) in ``stage``; returns the newest modification time among them."""
     for sub in ('model', 'graph'):
         os.makedirs(os.path.join(stage, sub), exist_ok=True)
-    sources = [(os.path.join(model_dir, name), os.path.join(stage, 'model', name))
-               for name in _MODEL_FILES + TOKENIZER_FILES
-               if os.path.isfile(os.path.join(model_dir, name))]
-    sources += [(graph + suffix, os.path.join(stage, 'graph', 'qa' + suffix))
-                for suffix in GRAPH_SUFFIXES]
-    for source, target in sources:
-        _link(source, target)
+        for name in os.listdir(os.path.join(stage, sub)):     # left by an earlier layout
+            if '{}/{}'.format(sub, name) not in files:
+                os.remove(os.path.join(stage, sub, name))
+    for inside, source in files.items():
+        _link(source, os.path.join(stage, inside))
+    sources = list(files.values())
     serve_json = os.path.join(stage, SERVE_JSON)
     old = None
     if os.path.isfile(serve_json):
@@ -91,7 +100,7 @@ def _stage(model_dir, graph, stage, settings):
             old = json.load(handle)
     if old != settings:
         atomic_write_json(serve_json, settings)
-    return max(os.path.getmtime(p) for p in [s for s, _ in sources] + [serve_json])
+    return max(os.path.getmtime(p) for p in sources + [serve_json])
 
 
 def build_archive(model_dir, graph, store, name, limits, features_per_pass, threshold=None):
@@ -128,9 +137,11 @@ def build_archive(model_dir, graph, store, name, limits, features_per_pass, thre
         fail('--graph must be the prefix of an exported QAInference graph ({} files)'.format(
             ', '.join('<prefix>' + s for s in GRAPH_SUFFIXES)), graph=graph)
     stage = os.path.join(os.path.dirname(os.path.abspath(store)), 'stage')
+    files = archived_files(model_dir, graph)
     settings = {'model': 'model', 'graph': 'graph/qa', 'features_per_pass': features_per_pass,
-                'limits': dataclasses.asdict(limits), 'threshold': threshold}
-    newest = _stage(model_dir, graph, stage, settings)
+                'limits': dataclasses.asdict(limits), 'threshold': threshold,
+                'files': sorted(files)}
+    newest = _stage(files, stage, settings)
     path = os.path.join(store, name + '.mar')
     if os.path.isfile(path) and os.path.getmtime(path) > newest:
         return path, False

@@ -122,6 +122,22 @@ def kill_workers(instance_dir):
     return pids
 
 
+def _ended(process):
+    """Whether the process has ended: gone, or a zombie (the frontend is not our child: its
+    parent, often the system's init, reaps it when it gets to it)."""
+    import psutil  # pylint: disable=import-outside-toplevel
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_ended(processes, timeout):
+    deadline = time.time() + timeout
+    while not all(_ended(p) for p in processes) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def stop(instance_dir, timeout=30.0):
     """Stop the instance: SIGTERM to its frontend, then SIGKILL to whatever of it is left after
     ``timeout`` seconds (workers at once). Returns the frontend's pid, or None when it was not
@@ -138,11 +154,10 @@ def stop(instance_dir, timeout=30.0):
         seen.update((c.pid, c) for c in frontend.children(recursive=True))
         frontend.terminate()
         deadline = time.time() + timeout
-        while frontend.is_running() and frontend.status() != psutil.STATUS_ZOMBIE \
-                and time.time() < deadline:
+        while not _ended(frontend) and time.time() < deadline:
             seen.update((c.pid, c) for c in frontend.children(recursive=True))
-            time.sleep(0.2)
-        if frontend.is_running():
+            time.sleep(0.05)
+        if not _ended(frontend):
             frontend.kill()
     except psutil.Error:
         pass
@@ -151,7 +166,7 @@ def stop(instance_dir, timeout=30.0):
             child.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(list(seen.values()) + [frontend], timeout=10)
+    _wait_ended(list(seen.values()) + [frontend], timeout=10)
     if os.path.exists(paths['pid']):
         os.remove(paths['pid'])
     return frontend.pid
@@ -177,6 +192,8 @@ def _properties(config, paths):
               'decode_input_request': 'false', 'default_response_timeout': config.response_timeout,
               'unregister_model_timeout': config.response_timeout, 'preload_model': 'false',
               'async_logging': 'true'}
+    if config.jvm_args.strip():
+        values['vmargs'] = config.jvm_args.strip()
     with atomic_path(paths['config']) as tmp:
         with open(tmp, 'w', encoding='utf-8') as handle:
             handle.write(''.join('{}={}\n'.format(k, v) for k, v in values.items()))
@@ -234,7 +251,7 @@ def _wait_for_ping(config, paths, deadline):
             return
         if _frontend(paths) is None and time.time() > started + 5:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise ServeSetupError('the server did not answer /ping; ' + _log_tail(paths))
 
 

@@ -42,7 +42,7 @@ TOKENIZER_FILES = ('vocab.txt', 'tokenizer.json', 'tokenizer_config.json',
 _ENCODER_FILES = ('config.json', 'model.safetensors')
 
 
-def check_model_folder(folder, fine_tuned):
+def check_model_folder(folder, fine_tuned, weights=True):
     """Check that ``folder`` holds a model before any data is read.
 
     Parameters
@@ -51,13 +51,18 @@ def check_model_folder(folder, fine_tuned):
     fine_tuned : bool
         True: a folder written by :func:`save_model_folder` (encoder, head, qa_config.json,
         tokenizer); False: a pretrained encoder (config.json, model.safetensors, tokenizer).
+    weights : bool
+        False: only what answering through an exported graph reads from a fine-tuned folder
+        (qa_config.json and the tokenizer), not the encoder and head files.
 
     Raises
     ------
     ValueError
         Naming the missing files: ``--model-dir must be ... Received: model_dir=...``.
     """
-    needed = _ENCODER_FILES + ((QA_CONFIG, HEAD_FILE) if fine_tuned else ())
+    needed = _ENCODER_FILES if weights else ()
+    if fine_tuned:
+        needed += (QA_CONFIG, HEAD_FILE) if weights else (QA_CONFIG,)
     missing = [name for name in needed if not os.path.isfile(os.path.join(folder, name))]
     if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES[:2]):
         missing.append('tokenizer.json or vocab.txt')

@@ -141,7 +141,8 @@ class QAPredictor:
         ----------
         model_dir : str or pathlib.Path
             A folder written by ``run_squad.py train`` (``config.json``, ``model.safetensors``,
-            ``qa_head.safetensors``, tokenizer files, ``qa_config.json``).
+            ``qa_head.safetensors``, tokenizer files, ``qa_config.json``); with ``graph``, only
+            ``qa_config.json`` and the tokenizer files are read.
         graph : str, optional
             None: the model is built in this process from the folder. Otherwise the prefix of
             an exported ``QAInference`` graph (``<prefix>-symbol.json``, ``<prefix>-0000.params``,
@@ -180,7 +181,7 @@ class QAPredictor:
                             ('start_top_n', start_top_n), ('end_top_n', end_top_n)):
             check_positive_int(name, value)
         folder, ctx = str(model_dir), ctx or mx.cpu()
-        check_model_folder(folder, fine_tuned=True)
+        check_model_folder(folder, fine_tuned=True, weights=graph is None)
         qa_config = read_qa_config(folder)
         resolved = _threshold(threshold).resolve(qa_config, qa_config['version_2_with_negative'])
         with _numpy_mode():
