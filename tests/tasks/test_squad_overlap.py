@@ -1,13 +1,17 @@
 """No evaluation data in training: train refuses training and evaluation sets that share an
 article title or a paragraph (the articles held out for the threshold count as neither), before
-any work; a model folder records the titles it was trained on, with those of the folder it
-started from, and evaluate refuses them; a folder without the record evaluates as before."""
+any work; a model folder records the titles and paragraphs it was trained on, with those of the
+folder it started from, and evaluate refuses them (a paragraph under any title); a folder without
+a record is checked on what it records and says so."""
+import hashlib
 import json
 import shutil
 
 import pytest
 
 from conftest import squad_file
+from gluon_attention.data.squad import SquadExample
+from gluon_attention.tasks.squad.data import check_not_trained_on
 from gluon_attention.tasks.squad.train import prepare_train
 from squad_tiny import make_tiny_bert, make_train_file, read_json, script_module, tiny_args
 
@@ -71,12 +75,17 @@ def test_threshold_articles_are_not_counted_as_shared(files, tmp_path, capsys):
 def test_the_folder_records_its_titles_and_evaluate_refuses_them(files, tmp_path, capsys):
     start = tmp_path / 'start'
     shutil.copytree(files['bert'], start)
-    (start / 'qa_config.json').write_text(json.dumps({'trained_titles': ['Packet_switching']}))
+    (start / 'qa_config.json').write_text(json.dumps({'trained_titles': ['Packet_switching'],
+                                                      'trained_paragraphs': ['0' * 16]}))
     out = tmp_path / 'run'
     args = tiny_args(start, files['train']) + ['--skip-export']
     assert run_squad.main(['train', '--output-dir', str(out)] + args) == 0
     titles = ['Packet_switching', 'Steam_engine']
-    assert read_json(out / 'model' / 'qa_config.json')['trained_titles'] == titles
+    saved = read_json(out / 'model' / 'qa_config.json')
+    assert saved['trained_titles'] == titles
+    steam = _articles('cs224n-16articles', {'Steam_engine'}, paragraphs=3)[0]['paragraphs']
+    assert saved['trained_paragraphs'] == sorted(
+        [_sha16(p['context']) for p in steam] + ['0' * 16])
     metrics = read_json(out / 'metrics.json')
     assert (metrics['train_eval_shared_titles'], metrics['train_eval_shared_paragraphs']) == (0, 0)
 
@@ -90,8 +99,41 @@ def test_the_folder_records_its_titles_and_evaluate_refuses_them(files, tmp_path
         .format(trained, titles))
     assert not (tmp_path / 'e').exists()
 
+    # a trained paragraph under another title, its spaces changed, is refused too
+    copied = _articles('cs224n-16articles', {'Steam_engine'}, paragraphs=2)[0]
+    copied['paragraphs'][1]['context'] = copied['paragraphs'][1]['context'].replace(
+        ' ', '\t', 3) + ' \n'
+    renamed = _squad(tmp_path / 'renamed.json', _articles('cs224n-16articles', {'Normans'})
+                     + [dict(copied, title='Warszawa')])
+    line = _refused(['evaluate', '--model-dir', str(out / 'model'), '--eval-file', renamed,
+                     '--output-dir', str(tmp_path / 'e'), '--threads', '1'], capsys)
+    assert line == (
+        'run_squad.py: error: --eval-file must hold no paragraph the model was trained on (the '
+        'trained_paragraphs of its qa_config.json), whatever its title. Received: eval_file={!r}, '
+        "shared_paragraphs=2, example_title='Warszawa'".format(renamed))
+    assert not (tmp_path / 'e').exists()
+
     # a folder started from this one is refused on Packet_switching too, before any work
     line = _refused(['train', '--output-dir', str(tmp_path / 'again')]
                     + tiny_args(out / 'model', files['train'])
                     + ['--eval-file', trained, '--max-eval-examples', '0'], capsys)
     assert "shared_titles=['Packet_switching', 'Steam_engine']" in line
+
+
+def _sha16(context):
+    return hashlib.sha1(' '.join(context.split()).encode('utf-8')).hexdigest()[:16]
+
+
+def test_a_folder_written_before_the_paragraph_record_checks_titles_and_says_so(capsys):
+    examples = [SquadExample('q', 'Warszawa', 'Where?', 'A paragraph seen in training.', [], True)]
+    assert check_not_trained_on({'trained_titles': ['Normans']}, examples, 'f') == {
+        'train_eval_shared_titles': 0}
+    assert capsys.readouterr().err == (
+        'note: the model folder records no trained paragraphs (written before they were '
+        'recorded): only article titles are checked against its training data\n')
+    assert check_not_trained_on({}, examples, 'f') == {}
+    assert 'nothing is checked' in capsys.readouterr().err
+    record = {'trained_titles': [],
+              'trained_paragraphs': [_sha16(' A paragraph  seen in\ttraining.')]}
+    with pytest.raises(ValueError, match="shared_paragraphs=1, example_title='Warszawa'"):
+        check_not_trained_on(record, examples * 2, 'f')

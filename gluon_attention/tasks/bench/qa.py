@@ -429,7 +429,7 @@ def qa_inference_rows(peer_script, threads, torch_python=None, rounds=2, warmup=
         print('qa_inference: the encoder {} under random heads: answers kept only, no F1 (a '
               'fine-tuned model folder, e.g. runs/squad/model, gives F1)'.format(model_dir))
     else:
-        check_not_trained_on(tuned.get('trained_titles'), found['examples'], EVAL_FILE)
+        check_not_trained_on(tuned, found['examples'], EVAL_FILE)
         threshold = NullThreshold(None, 'auto').resolve(
             tuned, tuned['version_2_with_negative']).value
         print('qa_inference: the fine-tuned model {} (null threshold {:.4g}): answers kept and '

@@ -5,6 +5,7 @@ questions are those of ``--train-file`` and ``--extra-train-file`` minus the eva
 (``--exclude-titles``) and the articles held out to choose the null threshold
 (``--threshold-titles``), each question once.
 """
+import hashlib
 import json
 import os
 import sys
@@ -19,8 +20,8 @@ __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'check_data_files', 'titl
            'default_model_folder',
            'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
            'load_training_features', 'heldout_examples', 'check_no_shared_data',
-           'note_evaluated_threshold_articles', 'check_not_trained_on', 'eval_stride', 'load_eval_examples',
-           'eval_features']
+           'note_evaluated_threshold_articles', 'paragraph_keys', 'check_not_trained_on',
+           'eval_stride', 'load_eval_examples', 'eval_features']
 
 INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
 INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
@@ -212,21 +213,56 @@ def note_evaluated_threshold_articles(heldout_examples, eval_examples):
               'on evaluation questions'.format(', '.join(shared)), file=sys.stderr)
 
 
-def check_not_trained_on(trained_titles, eval_examples, eval_file):
-    """Refuse to evaluate a model folder on the articles it was trained on.
+def paragraph_keys(examples):
+    """The paragraphs (context texts) of ``examples`` as a compact record: the first 16 hex
+    digits of the sha1 of each context with its whitespace runs made one space, distinct,
+    sorted (``trained_paragraphs`` of ``qa_config.json``)."""
+    return sorted({_paragraph_key(context) for context in {e.context for e in examples}})
 
-    ``trained_titles``: the ``trained_titles`` of the folder's ``qa_config.json``, None for a
-    folder written before they were recorded (nothing checked). Returns the overlap checked for
-    ``metrics.json`` (``{'train_eval_shared_titles': 0}``, or ``{}`` without a record);
-    ValueError naming the shared titles.
+
+def _paragraph_key(context):
+    return hashlib.sha1(' '.join(context.split()).encode('utf-8')).hexdigest()[:16]
+
+
+def check_not_trained_on(qa_config, eval_examples, eval_file):
+    """Refuse to evaluate a model folder on the articles or paragraphs it was trained on.
+
+    ``qa_config``: the folder's ``qa_config.json``. Its ``trained_titles`` are refused by title,
+    its ``trained_paragraphs`` (:func:`paragraph_keys`) by context text, whatever the title. A
+    folder written before a record is checked on what it records, and a note (stderr) says what
+    is not checked. Returns the overlap checked for ``metrics.json``
+    (``train_eval_shared_titles``, ``train_eval_shared_paragraphs``: 0 where checked);
+    ValueError naming the shared titles, or the number of shared paragraphs and one of their
+    titles.
     """
-    if trained_titles is None:
-        return {}
-    shared = sorted(set(trained_titles) & {e.title for e in eval_examples})
-    if shared:
-        fail('--eval-file must hold no article the model was trained on (the trained_titles of '
-             'its qa_config.json)', eval_file=eval_file, shared_titles=shared)
-    return {'train_eval_shared_titles': 0}
+    trained_titles = qa_config.get('trained_titles')
+    trained_paragraphs = qa_config.get('trained_paragraphs')
+    overlap = {}
+    if trained_titles is not None:
+        shared = sorted(set(trained_titles) & {e.title for e in eval_examples})
+        if shared:
+            fail('--eval-file must hold no article the model was trained on (the trained_titles '
+                 'of its qa_config.json)', eval_file=eval_file, shared_titles=shared)
+        overlap['train_eval_shared_titles'] = 0
+    if trained_paragraphs is None:
+        print('note: the model folder records no trained paragraphs (written before they were '
+              'recorded): {}'.format('only article titles are checked against its training data'
+                                     if trained_titles is not None else
+                                     'nothing is checked against its training data'),
+              file=sys.stderr)
+        return overlap
+    trained, shared = set(trained_paragraphs), {}
+    for example in eval_examples:
+        if example.context not in shared:
+            shared[example.context] = (example.title
+                                       if _paragraph_key(example.context) in trained else None)
+    titles = [title for title in shared.values() if title is not None]
+    if titles:
+        fail('--eval-file must hold no paragraph the model was trained on (the trained_paragraphs '
+             'of its qa_config.json), whatever its title', eval_file=eval_file,
+             shared_paragraphs=len(titles), example_title=titles[0])
+    overlap['train_eval_shared_paragraphs'] = 0
+    return overlap
 
 
 def eval_stride(max_seq_length, max_query_length):

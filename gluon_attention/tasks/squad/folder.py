@@ -9,8 +9,9 @@
   :class:`~gluon_attention.models.qa.ModelForQAConditional`, e.g. ``end_scores.0.weight``);
 - the tokenizer files of the pretrained folder (``vocab.txt``, ``tokenizer.json``, ...);
 - ``qa_config.json``: head sizes, sequence lengths, the null threshold with its source, and
-  ``trained_titles``: the articles the model was trained on, with those of the folder it started
-  from (``evaluate`` refuses them; a folder written before the record has none).
+  ``trained_titles`` and ``trained_paragraphs``: the articles and the paragraphs (short digests
+  of the context texts) the model was trained on, with those of the folder it started from
+  (``evaluate`` refuses them; a folder written before a record has none).
 
 The encoder is read with ``BertEncoder.from_pretrained(folder)``; :func:`load_qa_model` puts the
 saved head on it.
@@ -33,7 +34,7 @@ from .config import TrainConfig
 from .data import default_model_folder
 
 __all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'check_model_folder', 'model_folder',
-           'save_model_folder', 'read_qa_config', 'recorded_titles', 'load_qa_model']
+           'save_model_folder', 'read_qa_config', 'recorded_training', 'load_qa_model']
 
 QA_CONFIG = 'qa_config.json'
 HEAD_FILE = 'qa_head.safetensors'
@@ -135,12 +136,12 @@ def read_qa_config(folder):
         return json.load(handle)
 
 
-def recorded_titles(folder):
-    """The ``trained_titles`` that ``qa_config.json`` of ``folder`` records: a list, or None for
-    a folder without ``qa_config.json`` (a pretrained encoder) or written before the record."""
-    if not os.path.isfile(os.path.join(folder, QA_CONFIG)):
-        return None
-    return read_qa_config(folder).get('trained_titles')
+def recorded_training(folder):
+    """What ``qa_config.json`` of ``folder`` records of its training data: a dict with
+    ``trained_titles`` and ``trained_paragraphs``, each a list, or None for a folder without
+    ``qa_config.json`` (a pretrained encoder) or written before the record."""
+    config = read_qa_config(folder) if os.path.isfile(os.path.join(folder, QA_CONFIG)) else {}
+    return {key: config.get(key) for key in ('trained_titles', 'trained_paragraphs')}
 
 
 def load_qa_model(folder, backbone, contexts):

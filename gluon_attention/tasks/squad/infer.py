@@ -100,7 +100,7 @@ def prepare_evaluate(config):
     model_config = read_qa_config(folder)
     threshold = config.null_threshold.resolve(model_config, config.version_2_with_negative)
     examples = load_eval_examples(config)
-    overlap = check_not_trained_on(model_config.get('trained_titles'), examples,
+    overlap = check_not_trained_on(model_config, examples,
                                    config.eval_file)
     eval_set = EvalSet.from_examples(examples, squad.load_tokenizer(folder),
                                      model_config['eval_max_seq_length'],

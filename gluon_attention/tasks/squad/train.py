@@ -16,11 +16,11 @@ from ..engine.config import write_run_config
 from ..engine.train_log import TRAIN_LOG
 from .data import (check_data_files, check_model_fits, check_no_shared_data, eval_stride,
                    heldout_examples, load_eval_examples, load_training_features,
-                   note_evaluated_threshold_articles, training_examples)
+                   note_evaluated_threshold_articles, paragraph_keys, training_examples)
 from .config import NEVER_NULL
 from .evaluation import (ONNX_EXTRA, EvalSet, calibrate_threshold, check_export, contexts_of,
                          infer, score_and_write)
-from .folder import model_folder, recorded_titles, save_model_folder
+from .folder import model_folder, recorded_training, save_model_folder
 from .loop import check_resumable, train
 from .model import build_model
 
@@ -50,6 +50,9 @@ class TrainJob:
         :func:`~gluon_attention.tasks.squad.data.check_no_shared_data`, added to the metrics.
     trained_titles : list of str
         The training articles, with those the starting folder records, sorted.
+    trained_paragraphs : list of str
+        The training paragraphs (:func:`~gluon_attention.tasks.squad.data.paragraph_keys`),
+        with those the starting folder records, sorted.
     """
     contexts: list[mx.Context]
     model_dir: str
@@ -59,6 +62,7 @@ class TrainJob:
     eval_set: EvalSet
     overlap: dict
     trained_titles: list[str]
+    trained_paragraphs: list[str]
 
 
 def prepare_train(config):
@@ -74,8 +78,9 @@ def prepare_train(config):
     check_data_files(config)
     check_resumable(config)
     train_examples, eval_examples = training_examples(config), load_eval_examples(config)
-    inherited = recorded_titles(folder) or []
-    overlap = check_no_shared_data(train_examples, eval_examples, inherited)
+    inherited = recorded_training(folder)
+    overlap = check_no_shared_data(train_examples, eval_examples,
+                                   inherited['trained_titles'] or [])
     heldout = heldout_examples(config) if config.version_2_with_negative else []
     note_evaluated_threshold_articles(heldout, eval_examples)
     tokenizer = squad.load_tokenizer(folder)
@@ -85,13 +90,18 @@ def prepare_train(config):
         heldout_examples=heldout,
         eval_set=EvalSet.from_examples(eval_examples, tokenizer, config.eval_max_seq_length,
                                        config.max_query_length),
-        overlap=overlap, trained_titles=sorted({e.title for e in train_examples} | set(inherited)))
+        overlap=overlap,
+        trained_titles=sorted({e.title for e in train_examples}
+                              | set(inherited['trained_titles'] or [])),
+        trained_paragraphs=sorted(set(paragraph_keys(train_examples))
+                                  | set(inherited['trained_paragraphs'] or [])))
     write_run_config(config.output_dir, config)
     return job
 
 
-def _qa_config(model, config, calibration, trained_titles):
-    return dict(calibration, trained_titles=trained_titles, head_units=model.backbone.config['units'],
+def _qa_config(model, config, calibration, job):
+    return dict(calibration, trained_titles=job.trained_titles,
+                trained_paragraphs=job.trained_paragraphs, head_units=model.backbone.config['units'],
                 head_dropout=config.classifier_dropout, max_seq_length=config.max_seq_length,
                 doc_stride=config.doc_stride, eval_max_seq_length=config.eval_max_seq_length,
                 eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length),
@@ -115,7 +125,7 @@ def run_train(config, job):
     else:
         calibration = {'null_threshold': None, 'null_threshold_source': NEVER_NULL}
     save_model_folder(model, os.path.join(config.output_dir, 'model'), job.model_dir,
-                      _qa_config(model, config, calibration, job.trained_titles))
+                      _qa_config(model, config, calibration, job))
     start = time.time()
     inference, outputs = infer(model, job.eval_set.features, config, contexts[0])
     threshold = config.null_threshold.resolve(calibration, config.version_2_with_negative)
