@@ -29,7 +29,8 @@ __all__ = ['fail', 'fail_type', 'is_symbol', 'entry', 'validated_by', 'check_cho
            'check_positive_int', 'check_probability', 'check_bool', 'check_rank',
            'check_same_dim', 'check_mask', 'check_valid_length', 'check_index_range',
            'check_float_tensor', 'check_axis', 'check_positive_real', 'check_not_empty',
-           'check_memory_lengths', 'check_token_ids', 'check_same_float_dtype']
+           'check_memory_lengths', 'check_token_ids', 'check_same_float_dtype',
+           'check_not_bool_lengths']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
@@ -199,13 +200,30 @@ def check_mask(mask, scores_shape, name='mask'):
                  'accepted)'.format(name), **{'a ' + name + ' value': float(bad)})
 
 
+# How a 0/1 padding mask becomes the lengths valid_length holds (named in every refusal of one).
+MASK_TO_LENGTHS = ('a 0/1 padding mask (B, L_m), e.g. a Hugging Face attention_mask, converts '
+                   'to lengths (B,) with mask.sum(axis=-1)')
+
+
+def check_not_bool_lengths(valid_length, name='valid_length'):
+    """Refuse a bool array given as lengths, whatever its shape (TypeError: it is a mask)."""
+    if isinstance(valid_length, mx.nd.NDArray) and onp.dtype(valid_length.dtype) == onp.bool_:
+        hint = ': ' + MASK_TO_LENGTHS if 'valid_length' in name else ''
+        fail_type('{} must hold lengths (an integer, or integral float, array), not a bool '
+                  'mask{}'.format(name, hint),
+                  **{name + '.dtype': 'bool', name + '.shape': valid_length.shape})
+
+
 def check_valid_length(valid_length, length, name='valid_length', batch_size=None):
-    """Imperatively check integer lengths in [0, length] (float lengths must be integral)."""
+    """Imperatively check integer lengths in [0, length] (float lengths must be integral); a
+    bool array is refused whatever its shape (it is a mask, not lengths). Returns the lengths
+    as a NumPy array (None for None or a symbol)."""
     if valid_length is None or is_symbol(valid_length):
-        return
+        return None
     if not isinstance(valid_length, mx.nd.NDArray):
         fail_type('{} must be an mxnet array of integer lengths'.format(name),
                   **{name: type(valid_length).__name__})
+    check_not_bool_lengths(valid_length, name)
     values = valid_length.asnumpy()
     if values.dtype.kind == 'f' and not onp.all(onp.isfinite(values) & (values == onp.round(values))):
         fail('{} must hold integers (a float array must have integral values)'.format(name),
@@ -218,17 +236,35 @@ def check_valid_length(valid_length, length, name='valid_length', batch_size=Non
     if batch_size is not None and values.shape[:1] != (batch_size,):
         fail('{} must have batch size {} on axis 0'.format(name, batch_size),
              **{name + '.shape': values.shape})
+    return values
 
 
 def check_memory_lengths(valid_length, batch_size, query_length, memory_length):
-    """Memory lengths of attention: integer (B,) or (B, L_q), values in [0, L_m]."""
+    """Memory lengths of attention: integer (B,) or (B, L_q), values in [0, L_m].
+
+    Per-query lengths (B, L_q) that look like a 0/1 padding mask are refused: every value 0 or
+    1, L_m > 1 and some row holding more than one 1 (as lengths, those queries would all attend
+    memory position 0 only, which a mask passed here by mistake would produce silently).
+    """
     if valid_length is None or is_symbol(valid_length):
         return
     check_rank('valid_length', valid_length, (1, 2))
     if valid_length.shape not in ((batch_size,), (batch_size, query_length)):
         fail('valid_length must have shape (B,) or (B, L_q) = ({}, {})'.format(
             batch_size, query_length), **{'valid_length.shape': valid_length.shape})
-    check_valid_length(valid_length, memory_length)
+    values = check_valid_length(valid_length, memory_length)
+    if values.ndim == 2 and memory_length > 1 and values.size and onp.all(values <= 1):
+        ones = (values == 1).sum(axis=1)
+        if ones.max() > 1:
+            row = int(onp.argmax(ones > 1))
+            shown = values[row, :12].astype(onp.int64).tolist() + (
+                ['...'] if values.shape[1] > 12 else [])
+            fail('valid_length holds memory lengths, one per query when (B, L_q), not a 0/1 '
+                 'padding mask: these values are all 0 or 1 with several 1s in a row, which '
+                 'would let each of those queries attend memory position 0 only; {}'.format(
+                     MASK_TO_LENGTHS),
+                 **{'valid_length.shape': values.shape,
+                    'valid_length[{}]'.format(row): shown})
 
 
 def check_not_empty(what, sizes, **received):

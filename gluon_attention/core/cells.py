@@ -10,6 +10,11 @@ Calls on arrays (hybridized too) raise ValueError before any graph runs for mism
 B = 0 or L_m = 0 (MXNet graphs cannot reshape them), lengths outside [0, L_m] or masks that are
 not 0/1, and TypeError for non-float inputs; L_q = 0 gives empty outputs.
 
+``valid_length`` holds lengths, never a mask: a bool one is a TypeError, and a (B, L_q) one that
+looks like a 0/1 padding mask (every value 0 or 1, L_m > 1, some row with more than one 1) a
+ValueError; a padding mask (B, L_m), e.g. a Hugging Face ``attention_mask``, converts to lengths
+with ``mask.sum(axis=-1)``.
+
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_q/C_k/C_v feature sizes.
 float16 inputs on a CPU are computed in float32 and returned as float16.
 """
@@ -171,7 +176,8 @@ class MultiHeadAttentionCell(Float32OnCPU):
     tensors in ``layout``: query (B, K, L_q, C_k) ``NKT`` | (B, L_q, K, C_k) ``NTK`` |
     (L_q, B, K, C_k) ``TNK``, key and value alike with L_m and C_v; ``mask`` 0/1 (B, L_q, L_m)
     (dimensions may be 1); ``edge_scores`` broadcastable to (B, K, L_q, L_m); ``valid_length``
-    integer (B,) or (B, L_q) memory lengths (the length-aware softmax: no mask tensor).
+    integer (B,) or (B, L_q) memory lengths (the length-aware softmax: no mask tensor), never a
+    0/1 mask (see the module docstring).
 
     Returns ``(context, weights)`` with every backend: context (B, L_q, K*C_v) (NKT/NTK) or
     (L_q, B, K*C_v) (TNK) in the inputs' dtype; ``weights`` the (B, K, L_q, L_m) attention

@@ -183,6 +183,10 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         j < valid_length[b] (or valid_length[b, i]); the same as the mask
         ``arange(L_m) < valid_length`` but computed by one fused length-aware softmax, with no
         mask tensor (the fast path for key padding). Given with ``mask``, both apply.
+        Lengths, not a mask: a bool array is refused (TypeError), and so is a (B, L_q) one
+        that looks like a 0/1 padding mask (every value 0 or 1, L_m > 1, some row with more
+        than one 1; ValueError). A padding mask (B, L_m), e.g. a Hugging Face
+        ``attention_mask``, converts with ``mask.sum(axis=-1)``.
 
     Returns
     -------

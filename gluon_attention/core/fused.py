@@ -201,7 +201,8 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     valid_length : integer (or integral float) array (B,) or (B, L_q), or None
         Query row i of sequence b attends memory positions j < valid_length[b] (or
         valid_length[b, i]); keys past it are never read. A length of 0 gives a zero context
-        row with zero gradients. None: every key.
+        row with zero gradients. None: every key. Lengths, not a 0/1 mask: refused as by
+        :func:`gluon_attention.multi_head_dot_attn`.
     scaled : bool
         Multiply the scores by 1/sqrt(``query_head_units``) (default: the query's C_k).
     query_head_units : int or None

@@ -47,10 +47,11 @@ def _require(name, x):
 
 def _check_lengths_argument(block, valid_length, ranks):
     """The second argument of the encoder blocks is ``valid_length``: integer lengths of one of
-    ``ranks``; a mask there (rank 3, or bool) is named as such."""
+    ``ranks``; a mask there is named as such (a bool one is a TypeError, as everywhere)."""
     if valid_length is None:
         return
-    if valid_length.ndim not in ranks or valid_length.dtype == onp.bool_:
+    _checks.check_not_bool_lengths(valid_length)
+    if valid_length.ndim not in ranks:
         _checks.fail('{} is called (data, valid_length, mask): its second argument, '
                      'valid_length, holds integer lengths of shape {}; a (B, T, T) mask goes '
                      'third'.format(block, ' or '.join(('(B,)', '(B, T)')[r - 1] for r in ranks)),
@@ -145,7 +146,8 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
     data : float32 (B, T, D)
     valid_length : int (B,) or (B, T), optional
         Memory lengths (the fast path for key padding; see
-        :func:`gluon_attention.multi_head_dot_attn`). With ``mask``, both apply.
+        :func:`gluon_attention.multi_head_dot_attn`, which also says which 0/1 (B, T) arrays are
+        refused as masks given in place of lengths). With ``mask``, both apply.
     mask : bool or 0/1 (B, T, T), optional
         Self-attention mask, 1 = attend (see :func:`gluon_attention.gen_self_attn_mask`).
 
