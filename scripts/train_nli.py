@@ -57,7 +57,8 @@ def build_parser():
     commands.choices['predict'].add_argument('premise', metavar='PREMISE')
     commands.choices['predict'].add_argument('hypothesis', metavar='HYPOTHESIS')
     commands.choices['plot-attention'].add_argument(
-        'count', metavar='N', type=int, help='how many validation pairs (the first N)')
+        'count', metavar='N', type=int,
+        help='how many validation pairs (the first N; at most 32 and the number of pairs)')
     return parser
 
 

@@ -167,6 +167,26 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
     assert Path(script.main(['plot-attention', '2'] + common_args)).stat().st_size > 1000
 
 
+def test_plot_attention_refuses_more_pairs_than_it_can_draw_or_validation_holds(
+        script, tmp_path, capsys):
+    from gluon_attention.tasks.nli.model import MAX_PLOT_PAIRS
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit, match=r'draws at most {} pairs .*Received: N={}$'.format(
+            MAX_PLOT_PAIRS, MAX_PLOT_PAIRS + 1)):
+        script.main(['plot-attention', str(MAX_PLOT_PAIRS + 1), '--output-dir', str(out)])
+    valid = _small_valid(tmp_path, 6)
+    labelled = sum(json.loads(line)['gold_label'] != '-'
+                   for line in Path(valid).read_text(encoding='utf-8').splitlines())
+    with pytest.raises(SystemExit, match=r'at most the number of validation pairs, {} in .*small'
+                                         r'\.jsonl\. Received: N={}$'.format(labelled,
+                                                                            labelled + 1)):
+        script.main(['plot-attention', str(labelled + 1), '--valid', valid, '--output-dir',
+                     str(out)])
+    with pytest.raises(SystemExit, match=r'N must be a positive integer\. Received: N=0$'):
+        script.main(['plot-attention', '0', '--output-dir', str(out)])
+    assert not out.exists()
+
+
 def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupted_run(
         script, tmp_path, monkeypatch, capsys):
     """The run stops right after its first epoch's checkpoint (as if killed there); rerun with the

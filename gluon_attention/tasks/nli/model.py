@@ -26,6 +26,8 @@ __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'data_paths', 'load_
 INPUT_NAMES = ['premise', 'hypothesis', 'premise_valid_length', 'hypothesis_valid_length']
 INPUT_DTYPES = ['int32'] * 4
 EVAL_BATCH_SIZE = 256
+#: The most pairs :func:`plot_attention` draws: one row of 400-pixel panels (12,800 pixels wide).
+MAX_PLOT_PAIRS = 32
 
 
 def _to_mx(batch, ctx):
@@ -149,16 +151,22 @@ def plot_attention(config, count):
     Raises
     ------
     ValueError
-        ``count`` is not a positive integer, or there is no trained model.
+        ``count`` is not an integer in [1, :data:`MAX_PLOT_PAIRS`] or exceeds the number of
+        validation pairs, or there is no trained model.
     ImportError
         matplotlib is not installed (``pip install gluon_attention[plots]``).
     """
-    _checks.check_positive_int('count', count)
+    _checks.check_positive_int('N', count)           # N: the command line's name of count
+    if count > MAX_PLOT_PAIRS:
+        _checks.fail('plot-attention draws at most {} pairs (one panel each, in one row)'.format(
+            MAX_PLOT_PAIRS), N=count)
     plt = _import_pyplot()
     ctx = parse_ctx(config.ctx)[0]
-    model, vocab, model_config = load_model(config.output_dir, ctx)
     valid = load_valid(config)
-    count = min(count, len(valid))
+    if count > len(valid):
+        _checks.fail('N must be at most the number of validation pairs, {} in {}'.format(
+            len(valid), valid.source), N=count)
+    model, vocab, model_config = load_model(config.output_dir, ctx)
     fig, axes = plt.subplots(1, count, figsize=(5 * count, 5), squeeze=False)
     for k, ax in enumerate(axes[0]):
         one = snli.NLIPairs(valid.premises[k:k + 1], valid.hypotheses[k:k + 1],
