@@ -70,12 +70,16 @@ def main(argv=None):
                     'predict': (infer.prepare_predict, infer.run_predict),
                     'curve': (curve.prepare_curve, curve.run_curve),
                     'quantize': (quantize.prepare_quantize, quantize.run_quantize)}[command]
-    try:            # what the command line names must exist before any work starts
-        prepared = prepare(config)
-    except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file
-        print('run_squad.py: error: {}'.format(err), file=sys.stderr)   # status 2 as the parser
-        raise SystemExit(2) from None
-    return run(config, prepared)
+    from gluon_attention.tasks.engine.loop import exit_interrupted
+    try:
+        try:            # what the command line names must exist before any work starts
+            prepared = prepare(config)
+        except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file
+            print('run_squad.py: error: {}'.format(err), file=sys.stderr)  # status 2 as the parser
+            raise SystemExit(2) from None
+        return run(config, prepared)
+    except KeyboardInterrupt as stop:       # Ctrl-C: one line, status 130
+        return exit_interrupted('run_squad.py', stop, command == 'train')
 
 
 if __name__ == '__main__':

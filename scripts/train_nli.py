@@ -105,7 +105,11 @@ def main(argv=None):
         entry = job.check_resumable(config)
     except (ValueError, OSError, ImportError) as err:
         raise SystemExit('train_nli.py: error: {}'.format(err)) from None
-    return job.train(config, data, entry)
+    from gluon_attention.tasks.engine.loop import exit_interrupted
+    try:
+        return job.train(config, data, entry)
+    except KeyboardInterrupt as stop:       # Ctrl-C: one line, status 130
+        return exit_interrupted('train_nli.py', stop, True)
 
 
 if __name__ == '__main__':

@@ -200,8 +200,13 @@ def test_interrupted_run_resumes_after_its_last_epoch_and_ends_as_an_uninterrupt
         real_save(self, *a, **k)
         raise KeyboardInterrupt('killed after the checkpoint')
     monkeypatch.setattr(checkpoints.CheckpointManager, 'save', save_then_die)
-    with pytest.raises(KeyboardInterrupt):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
         script.main(args + ['--output-dir', str(tmp_path / 'killed')])
+    assert info.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        'train_nli.py: stopped at step 3 of 6; the last checkpoint is step 3 ({}): rerun the '
+        'same command to resume from it'.format(tmp_path / 'killed' / 'checkpoints'))
     monkeypatch.setattr(checkpoints.CheckpointManager, 'save', real_save)
     assert not (tmp_path / 'killed' / 'metrics.json').exists()
     capsys.readouterr()

@@ -10,7 +10,8 @@ from mxnet import gluon
 
 from gluon_attention.tasks.engine.common import parse_ctx
 from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.loop import StepConfig, linear_warmup_decay, train_steps
+from gluon_attention.tasks.engine.loop import (StepConfig, TrainingInterrupted, linear_warmup_decay,
+                                              train_steps)
 
 
 def _adamw_steps(weight, grads, lr, wd, betas=(0.9, 0.999), eps=1e-6):
@@ -125,3 +126,19 @@ def test_parse_ctx_rejects_every_other_form_naming_the_accepted_ones(text):
     with pytest.raises(ValueError, match=r"'cpu', 'gpu', 'cpu\(N\)', 'gpu\(N\)'") as info:
         parse_ctx(text)
     assert 'Received: ctx=' in str(info.value)
+
+
+def test_ctrl_c_reports_the_steps_done_and_the_last_checkpoint(tmp_path):
+    def ctrl_c(result):
+        if result.step == 6:
+            raise KeyboardInterrupt
+    with pytest.raises(TrainingInterrupted) as info:        # epochs end at steps 5, 10, 12
+        _tiny_run(tmp_path, 12, on_step=ctrl_c)
+    assert (info.value.done, info.value.total, info.value.checkpoint) == (7, 12, 5)
+    assert info.value.message() == (
+        'stopped at step 7 of 12; the last checkpoint is step 5 ({}): rerun the same command to '
+        'resume from it'.format(tmp_path))
+    with pytest.raises(TrainingInterrupted) as info:
+        _tiny_run(tmp_path / 'fresh', 12, on_step=lambda result: ctrl_c(result._replace(step=6)))
+    assert info.value.message() == ('stopped at step 1 of 12, before the first checkpoint: rerun '
+                                    'the same command to start again')

@@ -12,6 +12,7 @@ best epoch, what the checkpoint records); a checkpoint is saved at every epoch e
 """
 import collections
 import dataclasses
+import sys
 import time
 
 import numpy as onp
@@ -21,7 +22,8 @@ from .checkpoints import CheckpointManager
 from .common import seed_step
 from .train_log import TrainLog
 
-__all__ = ['StepConfig', 'StepResult', 'linear_warmup_decay', 'train_steps']
+__all__ = ['StepConfig', 'StepResult', 'TrainingInterrupted', 'exit_interrupted',
+           'linear_warmup_decay', 'train_steps']
 
 
 @dataclasses.dataclass
@@ -56,6 +58,47 @@ class StepConfig:
 #: One finished step: index, this worker's mean loss, learning rate, gradient norm, examples
 #: (this worker's), and the loss summed over those examples.
 StepResult = collections.namedtuple('StepResult', 'step loss lr grad_norm examples loss_sum')
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (KeyboardInterrupt) during :func:`train_steps`: where it stopped and what a rerun
+    resumes from.
+
+    Attributes
+    ----------
+    done, total : int
+        Steps finished and steps of the run.
+    checkpoint : int or None
+        The step of the newest intact checkpoint, which a rerun resumes from (None: none).
+    folder : str or None
+        The checkpoint folder.
+    """
+
+    def __init__(self, done, total, checkpoint, folder):
+        super().__init__(done, total, checkpoint, folder)
+        self.done, self.total, self.checkpoint, self.folder = done, total, checkpoint, folder
+
+    def message(self):
+        """One line: the step it stopped at, the last checkpoint, how to resume."""
+        if self.checkpoint is None:
+            return ('stopped at step {} of {}, before the first checkpoint: rerun the same command '
+                    'to start again'.format(self.done, self.total))
+        return ('stopped at step {} of {}; the last checkpoint is step {} ({}): rerun the same '
+                'command to resume from it'.format(self.done, self.total, self.checkpoint,
+                                                    self.folder))
+
+
+def exit_interrupted(prog, error, resumable):
+    """Ctrl-C in a script: one line on stderr (where training stopped for a
+    :class:`TrainingInterrupted`), no traceback, exit status 130 (as a shell reports SIGINT).
+    ``resumable``: the command resumes from its checkpoints when rerun."""
+    if isinstance(error, TrainingInterrupted):
+        line = error.message()
+    else:
+        line = 'interrupted{}'.format(': rerun the same command to resume from its last '
+                                      'checkpoint, if any' if resumable else '')
+    print('{}: {}'.format(prog, line), file=sys.stderr, flush=True)
+    raise SystemExit(130)
 
 
 def linear_warmup_decay(step, total_steps, base_lr, warmup_ratio):
@@ -134,6 +177,8 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
 
     Raises
     ------
+    TrainingInterrupted
+        On Ctrl-C (KeyboardInterrupt) during the steps, naming the last checkpoint.
     TypeError
         ``config`` is not a :class:`StepConfig`.
     ValueError
@@ -149,24 +194,30 @@ def train_steps(net, engine, loss_fn, batches, load_batch, config, checkpoint_di
     meta, started, seconds = dict(meta or {}), time.time(), earlier
     log = log if log is not None else TrainLog()
     log.open(begin, len(batches), engine.is_chief)
-    for step in range(begin, len(batches)):
-        step_started = time.time()
-        seed_step(config.seed, step * engine.num_workers + engine.rank)
-        shard, loss = engine.shard(batches[step]), 0.0
-        for ids in onp.array_split(shard, config.grad_accum_steps):
-            loss += engine.forward_backward(loss_fn, load_batch(ids)) if len(ids) else 0.0
-        lr = schedule(step, len(batches))
-        norm = engine.step(len(batches[step]), lr, config.max_grad_norm)
-        seconds = round(earlier + time.time() - started, 1)
-        result = StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard), loss)
-        if on_step is not None:
-            on_step(result)
-        log.record(result, seconds, time.time() - step_started, len(batches[step]))
-        if step + 1 in epochs and on_epoch_end is not None:
-            meta.update(on_epoch_end(epochs[step + 1], step + 1) or {})
-        every = config.checkpoint_every
-        due = step + 1 == len(batches) or step + 1 in epochs or (
-            every and (step + 1) % every == 0)
-        if manager and engine.is_chief and due:
-            manager.save(step + 1, net, engine, dict(meta, train_seconds=seconds))
+    done = begin
+    try:
+        for step in range(begin, len(batches)):
+            step_started = time.time()
+            seed_step(config.seed, step * engine.num_workers + engine.rank)
+            shard, loss = engine.shard(batches[step]), 0.0
+            for ids in onp.array_split(shard, config.grad_accum_steps):
+                loss += engine.forward_backward(loss_fn, load_batch(ids)) if len(ids) else 0.0
+            lr = schedule(step, len(batches))
+            norm = engine.step(len(batches[step]), lr, config.max_grad_norm)
+            done, seconds = step + 1, round(earlier + time.time() - started, 1)
+            result = StepResult(step, loss / max(1, len(shard)), lr, norm, len(shard), loss)
+            if on_step is not None:
+                on_step(result)
+            log.record(result, seconds, time.time() - step_started, len(batches[step]))
+            if step + 1 in epochs and on_epoch_end is not None:
+                meta.update(on_epoch_end(epochs[step + 1], step + 1) or {})
+            every = config.checkpoint_every
+            due = step + 1 == len(batches) or step + 1 in epochs or (
+                every and (step + 1) % every == 0)
+            if manager and engine.is_chief and due:
+                manager.save(step + 1, net, engine, dict(meta, train_seconds=seconds))
+    except KeyboardInterrupt:
+        entry = manager.latest() if manager else None     # what a rerun resumes from
+        raise TrainingInterrupted(done, len(batches), entry and entry['step'],
+                                  checkpoint_dir) from None
     return begin, seconds
