@@ -59,8 +59,14 @@ def _check_lengths_argument(block, valid_length, ranks):
                          valid_length.shape, onp.dtype(valid_length.dtype).name))
 
 
-def _check_fused_call(block, data, mask, fused_attention, fused_rowwise):
-    """A call the kernels chosen at construction cannot serve: arrays off the CPU, a mask."""
+def _check_fused_call(block, data, mask, fused_attention, fused_rowwise, weight):
+    """A call the kernels chosen at construction cannot serve: arrays off the CPU, a mask,
+    parameters cast to another dtype than float32 (``weight``: one of the block's)."""
+    if (fused_attention or fused_rowwise) and onp.dtype(weight.dtype) != onp.float32:
+        _checks.fail_type('{} built with fused_attention={}, fused_rowwise={} runs float32 '
+                          'parameters only (the fused kernels are float32)'.format(
+                              block, fused_attention, fused_rowwise),
+                          **{'parameters dtype': onp.dtype(weight.dtype).name})
     if fused_attention or fused_rowwise:
         _fused.refuse_off_cpu('{} built with fused_attention={}, fused_rowwise={}'.format(
             block, fused_attention, fused_rowwise), 'build it with fused_attention=False and '
@@ -101,10 +107,19 @@ class _KernelChoice:
         """Whether residual + LayerNorm and bias + GELU run the fused operators (fixed)."""
         return self._fused[1]
 
-    def _check_call(self, data, valid_length, mask, ranks, units):
+    def _check_call(self, data, valid_length, mask, ranks, layer):
+        """``layer``: the (first) TransformerEncoderLayer, whose parameters ``data`` meets."""
         _check_lengths_argument(type(self).__name__, valid_length, ranks)
-        _check_fused_call(type(self).__name__, data, mask, *self._fused)
-        _check_sequence(data, units, valid_length, mask)
+        _check_fused_call(type(self).__name__, data, mask, *self._fused,
+                          weight=layer.attn_query.weight)
+        _check_sequence(data, layer._units, valid_length, mask)
+        dtype, got = onp.dtype(layer.attn_query.weight.dtype), onp.dtype(data.dtype)
+        if got != dtype and not (got == onp.float16 and dtype == onp.float32
+                                 and data.ctx.device_type == 'cpu'):
+            _checks.fail_type('{} takes data of its parameters\' dtype {} (float16 data on a '
+                              'CPU is computed in float32)'.format(type(self).__name__,
+                                                                   dtype.name),
+                              **{'data.dtype': got.name})
 
 
 @mx.util.use_np
@@ -163,6 +178,9 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         B, T >= 1, a mask or ``valid_length`` of the wrong shape or values (a mask given as the
         second argument is named as such), or a call the fused kernels cannot serve (arrays
         off the CPU; a mask with ``fused_attention``).
+    TypeError
+        A bool ``valid_length``, or data of another dtype than the parameters' (float16 data
+        on a CPU runs in float32).
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
@@ -207,7 +225,7 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
 
     def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
-        self._check_call(data, valid_length, mask, (1, 2), self._units)
+        self._check_call(data, valid_length, mask, (1, 2), self)
 
     def hybrid_forward(self, F, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         query = self._split_heads(F, self.attn_query(data))    # (B, T, K, D/K)
@@ -262,7 +280,8 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
         with a fused kernel chosen, arrays off the CPU or a mask (build with
         ``fused_attention=False``, ``fused_rowwise=False`` for them).
     TypeError
-        A missing ``valid_length``.
+        A missing ``valid_length``, a bool one, or data of another dtype than the parameters'
+        (float16 data on a CPU runs in float32).
     """
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
@@ -284,7 +303,7 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
 
     def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require('valid_length', valid_length)
-        self._check_call(data, valid_length, mask, (1,), self.layers[0]._units)
+        self._check_call(data, valid_length, mask, (1,), self.layers[0])
 
     def hybrid_forward(self, F, data, valid_length, mask=None):  # pylint: disable=arguments-differ
         # The one length representation of the layers: per-query memory lengths (B, T),
@@ -370,7 +389,8 @@ class BertEncoder(CheckedBlock):
         given there is named as such); as :class:`TransformerEncoder` for a call the fused
         kernels cannot serve (arrays off the CPU, a mask).
     TypeError
-        On arrays that are not mx.np arrays, float token ids, or a missing ``valid_length``.
+        On arrays that are not mx.np arrays, float token ids, a missing or bool
+        ``valid_length``, or parameters cast from float32 with a fused kernel chosen.
     """
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
@@ -419,7 +439,7 @@ class BertEncoder(CheckedBlock):
         _require('valid_length', valid_length)
         _check_lengths_argument(type(self).__name__, valid_length, (1,))
         _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
-                          self.fused_rowwise)
+                          self.fused_rowwise, self.word_embed.weight)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:

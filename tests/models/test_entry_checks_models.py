@@ -9,7 +9,7 @@ from mxnet import np
 from block_utils import ints, rand
 from conftest import HYBRID_MODES, hybridize_mode
 from gluon_attention import _checks
-from gluon_attention.models.encoder import BertEncoder, TransformerEncoder
+from gluon_attention.models.encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
 from gluon_attention.models.nli import Attend, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference
 
@@ -140,3 +140,29 @@ def test_qa_blocks_check_p_mask_positions_and_backbone_inputs_when_hybridized(mo
     with pytest.raises(ValueError, match=r'at least start_top_n and end_top_n'):
         inference(*_qa_inputs(1))
     mx.nd.waitall()
+
+
+@pytest.mark.parametrize('mode', HYBRID_MODES)
+@pytest.mark.parametrize('which', ['TransformerEncoderLayer', 'TransformerEncoder'])
+def test_encoders_refuse_data_of_another_dtype_than_their_parameters(mode, which):
+    """float64 data: the library's TypeError naming both dtypes, not MXNet's type inference
+    error (imperative or hybridized); float16 data on a CPU still runs (in float32)."""
+    block = (TransformerEncoderLayer(8, 12, 2) if which == 'TransformerEncoderLayer'
+             else TransformerEncoder(1, 8, 12, 2))
+    block.initialize()
+    hybridize_mode(block, mode)
+    data, lengths = rand(2, 3, 8), ints([3, 1])
+    block(data, lengths)
+    with pytest.raises(TypeError, match=r"{} takes data of its parameters' dtype float32.*"
+                       r"Received: data\.dtype='float64'".format(which)):
+        block(data.astype('float64'), lengths)
+    assert block(data.astype('float16'), lengths).dtype == onp.float16
+
+
+def test_fused_bert_encoder_refuses_parameters_cast_to_float64():
+    block = BertEncoder(fused_attention=False, fused_rowwise=True, **TINY)
+    block.initialize()
+    block.cast('float64')
+    with pytest.raises(TypeError, match=r"fused_rowwise=True runs float32 parameters only.*"
+                       r"Received: parameters dtype='float64'"):
+        _bert_call(block, 1, 4)
