@@ -39,22 +39,37 @@ def _weight_init():
     return mx.init.Normal(0.02)  # BERT's initializer_range
 
 
-def _require(name, x):
-    """A required input given as None (or left out) is a TypeError naming it."""
-    if x is None:
-        _checks.fail_type('{} is required (pass it positionally)'.format(name), **{name: None})
+# How each encoder block is called (positionally), named in the errors of its calls.
+_DATA_CALL = ('data', 'valid_length', 'mask')
+_BERT_CALL = ('token_ids', 'token_types', 'valid_length', 'mask')
 
 
-def _check_lengths_argument(block, valid_length, ranks):
-    """The second argument of the encoder blocks is ``valid_length``: integer lengths of one of
-    ``ranks``; a mask there is named as such (a bool one is a TypeError, as everywhere)."""
+def _signature(arguments):
+    return '({})'.format(', '.join(arguments))
+
+
+def _require_lengths(block, arguments, valid_length):
+    """The encoders' ``valid_length`` is required: None (or left out) is a TypeError naming the
+    call's signature."""
+    if valid_length is None:
+        _checks.fail_type('{} is called {}: valid_length is required ({} may be None, '
+                          'valid_length may not)'.format(block, _signature(arguments), ' and '.join(
+                              a for a in arguments[1:] if a != 'valid_length')),
+                          valid_length=None)
+
+
+def _check_lengths_argument(block, arguments, valid_length, ranks):
+    """``valid_length`` (at its place in ``arguments``, the call's signature) holds integer
+    lengths of one of ``ranks``; a mask there is named as such (a bool one is a TypeError, as
+    everywhere)."""
     if valid_length is None:
         return
     _checks.check_not_bool_lengths(valid_length)
     if valid_length.ndim not in ranks:
-        _checks.fail('{} is called (data, valid_length, mask): its second argument, '
-                     'valid_length, holds integer lengths of shape {}; a (B, T, T) mask goes '
-                     'third'.format(block, ' or '.join(('(B,)', '(B, T)')[r - 1] for r in ranks)),
+        _checks.fail('{} is called {}: its argument {}, valid_length, holds integer lengths of '
+                     'shape {}; a (B, T, T) mask goes last, as mask'.format(
+                         block, _signature(arguments), arguments.index('valid_length') + 1,
+                         ' or '.join(('(B,)', '(B, T)')[r - 1] for r in ranks)),
                      valid_length='array of shape {}, dtype {}'.format(
                          valid_length.shape, onp.dtype(valid_length.dtype).name))
 
@@ -109,7 +124,7 @@ class _KernelChoice:
 
     def _check_call(self, data, valid_length, mask, ranks, layer):
         """``layer``: the (first) TransformerEncoderLayer, whose parameters ``data`` meets."""
-        _check_lengths_argument(type(self).__name__, valid_length, ranks)
+        _check_lengths_argument(type(self).__name__, _DATA_CALL, valid_length, ranks)
         _check_fused_call(type(self).__name__, data, mask, *self._fused,
                           weight=layer.attn_query.weight)
         _check_sequence(data, layer._units, valid_length, mask)
@@ -261,7 +276,7 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
     Inputs (positional: data, valid_length, mask)
     ------
     data : float32 (B, T, D)
-    valid_length : int32 (B,)
+    valid_length : int32 (B,), required
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
         Turned once into the per-query lengths every layer reads (module docstring).
@@ -302,7 +317,7 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
                     fused_rowwise=fused_rowwise))
 
     def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
-        _require('valid_length', valid_length)
+        _require_lengths(type(self).__name__, _DATA_CALL, valid_length)
         self._check_call(data, valid_length, mask, (1,), self.layers[0])
 
     def hybrid_forward(self, F, data, valid_length, mask=None):  # pylint: disable=arguments-differ
@@ -359,14 +374,15 @@ class BertEncoder(CheckedBlock):
     fused_rowwise : bool or 'auto'
         As in :class:`TransformerEncoder` (also for the embeddings' LayerNorm).
 
-    Inputs (positional: data, valid_length, mask)
-    ---------------------------------------------
+    Inputs (positional: token_ids, token_types, valid_length, mask)
+    ---------------------------------------------------------------
     token_ids : int32 (B, T)
         Word ids in [0, V).
     token_types : int32 (B, T) or None
         Segment ids in [0, num_token_types); ``None`` means all zeros (one segment).
-    valid_length : int32 (B,)
-        Number of valid tokens per row, in [0, T]; positions at or beyond it are padding.
+    valid_length : int32 (B,), required
+        Number of valid tokens per row, in [0, T]; positions at or beyond it are padding. A
+        Hugging Face ``attention_mask`` converts with ``attention_mask.sum(axis=-1)``.
     mask : bool or 0/1 (B, T, T), optional
         As in :class:`TransformerEncoder` (composed attention only).
 
@@ -436,8 +452,8 @@ class BertEncoder(CheckedBlock):
         return self.encoder.fused_rowwise
 
     def check_inputs(self, token_ids, token_types=None, valid_length=None, mask=None):  # pylint: disable=arguments-differ
-        _require('valid_length', valid_length)
-        _check_lengths_argument(type(self).__name__, valid_length, (1,))
+        _require_lengths(type(self).__name__, _BERT_CALL, valid_length)
+        _check_lengths_argument(type(self).__name__, _BERT_CALL, valid_length, (1,))
         _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
                           self.fused_rowwise, self.word_embed.weight)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):

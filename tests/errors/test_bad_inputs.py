@@ -353,11 +353,21 @@ BAD = [
      ['not a bool mask', 'mask.sum(axis=-1)', "valid_length.shape=(2, 3, 3)"]),
     ('TransformerEncoder-mask-as-second-argument',
      lambda: initialized(ga.TransformerEncoder(1, 8, 8, 2))(rand(2, 3, 8), np.ones((2, 3, 3))),
-     ValueError, ['its second argument, valid_length, holds integer lengths of shape (B,); a '
-                  '(B, T, T) mask goes third', "shape (2, 3, 3), dtype float32"]),
+     ValueError, ['TransformerEncoder is called (data, valid_length, mask): its argument 2, '
+                  'valid_length, holds integer lengths of shape (B,); a (B, T, T) mask goes '
+                  'last', "shape (2, 3, 3), dtype float32"]),
     ('BertEncoder-per-query-lengths',
      lambda: _bert()(ints([[1, 2]]), None, ints([[2, 1]])), ValueError,
-     ['BertEncoder is called (data, valid_length, mask)', 'shape (1, 2), dtype int32']),
+     ['BertEncoder is called (token_ids, token_types, valid_length, mask): its argument 3',
+      'shape (1, 2), dtype int32']),
+    ('BertEncoder-token_ids-only',
+     lambda: _bert()(ints([[1, 2]])), TypeError,
+     ['BertEncoder is called (token_ids, token_types, valid_length, mask): valid_length is '
+      'required (token_types and mask may be None', 'valid_length=None']),
+    ('TransformerEncoder-data-only',
+     lambda: initialized(ga.TransformerEncoder(1, 8, 8, 2))(rand(1, 3, 8)), TypeError,
+     ['TransformerEncoder is called (data, valid_length, mask): valid_length is required '
+      '(mask may be None']),
     ('TransformerEncoderLayer-lengths-as-mask',
      lambda: initialized(ga.TransformerEncoderLayer(8, 8, 2))(rand(2, 3, 8), None, ints([3, 1])),
      ValueError, ['mask', '(2,)']),
