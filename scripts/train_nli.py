@@ -13,7 +13,8 @@ e-SNLI line-format files minus the pairs that occur in the two SNLI 1.0 jsonl su
 normalized text), validate on the 2,527 labelled jsonl pairs, keep the best epoch, write
 ``metrics.json``, export the hybridized model and check that the reloaded ``SymbolBlock`` agrees.
 The options are written to ``<output-dir>/run_config.json``; a killed run rerun with the same
-options resumes after its last finished epoch (``<output-dir>/checkpoints``).
+options resumes after its last finished epoch (``<output-dir>/checkpoints``). ``evaluate`` refuses
+pairs the model was trained on (``<output-dir>/config.json`` records them).
 
 Data paths: a ``*.jsonl`` (or ``.jsonl.gz``) file is read as SNLI 1.0 jsonl; anything else is the
 one-sentence-per-line format given as the folder plus the split name, i.e. the common prefix of

@@ -14,6 +14,7 @@ other. Pairs are matched across formats on :func:`normalize_text`. Labels are in
 """
 import collections
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from .._resources import data_file, data_folder, missing_file
 from .glove import GLOVE_URL
 
 __all__ = ['LABELS', 'PAD', 'UNK', 'NLIPairs', 'tokenize', 'normalize_text', 'read_snli_jsonl',
-           'read_snli_lines', 'read_snli', 'concat_pairs', 'remove_overlap', 'Vocab',
+           'read_snli_lines', 'read_snli', 'concat_pairs', 'remove_overlap', 'pair_digests',
+           'Vocab',
            'encode_pairs', 'pad_batch', 'bucket_batches', 'Batch', 'iter_batches',
            'classification_metrics', 'SNLI_URL', 'DEFAULT_FILES', 'default_path',
            'default_paths']
@@ -220,6 +222,19 @@ def remove_overlap(pairs, other):
             keep.hypotheses.append(hypothesis)
             keep.labels.append(label)
     return keep, len(pairs) - len(keep)
+
+
+def pair_digests(pairs, digits=12):
+    """One digest per pair of ``pairs``, in order: the first ``digits`` hex digits of the sha1 of
+    ``normalize_text(premise) + '\t' + normalize_text(hypothesis)``.
+
+    A digest identifies a pair whatever file, format or order it comes in (the matching of
+    :func:`remove_overlap`); with 12 digits (48 bits) two different pairs among 10,000 x 10,000
+    share a digest with probability below 1e-6.
+    """
+    check_positive_int('digits', digits)
+    return [hashlib.sha1('{}\t{}'.format(normalize_text(p), normalize_text(h)).encode(
+        'utf-8')).hexdigest()[:digits] for p, h in zip(pairs.premises, pairs.hypotheses)]
 
 
 class Vocab:

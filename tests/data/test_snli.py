@@ -75,6 +75,16 @@ def test_tokenize_and_normalize_agree_across_formats():
     assert snli.normalize_text(raw) == snli.normalize_text(ptb) == 'themansdogisnthappy'
 
 
+def test_pair_digests_match_a_pair_across_formats_and_tell_the_sides_apart():
+    raw = snli.NLIPairs(['The man\'s dog isn\'t "happy".', 'A cat.'], ['A dog.', 'A dog.'], [0, 1])
+    ptb = snli.NLIPairs(["the man 's dog is n't `` happy '' . ", 'A dog .'], ['a dog .', 'A cat .'],
+                        [2, 2])
+    digests, others = snli.pair_digests(raw), snli.pair_digests(ptb)
+    assert digests[0] == others[0] and len(set(digests + others[1:])) == 3   # swapped sides differ
+    assert digests[1] == hashlib.sha1(b'acat\tadog').hexdigest()[:12]
+    assert [len(d) for d in snli.pair_digests(raw, digits=16)] == [16, 16]
+
+
 def test_vocab_encode_bucket_and_pad(tmp_path):
     pairs = snli.NLIPairs(['a b c', 'a', 'b b d e f g'], ['a', 'c c', 'q'], [0, 1, 2])
     vocab = snli.Vocab.from_pairs(pairs, min_count=2)

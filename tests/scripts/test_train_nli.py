@@ -131,7 +131,8 @@ def test_empty_predict_sentences_and_the_old_mode_flags_are_one_line_errors(
     assert not (tmp_path / 'out').exists()
 
 
-def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script, tmp_path):
+def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script, tmp_path,
+                                                                         capsys):
     out = tmp_path / 'run'
     metrics = script.main(TINY + ['--output-dir', str(out), '--glove', 'sample'])
     saved = json.loads((out / 'metrics.json').read_text())
@@ -154,17 +155,55 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
     folder.mkdir()
     for kind in ('s1', 's2', 'labels'):
         rows = data_file('snli/esnli_infersent_format/' + kind + '.dev').read_text(
-            encoding='utf-8').splitlines()[:30]
-        (folder / (kind + '.tiny')).write_text('\n'.join(rows) + '\n', encoding='utf-8')
+            encoding='utf-8').splitlines()
+        for split, keep in (('mixed', rows[930:960]), ('late', rows[3000:3030])):
+            (folder / (kind + '.' + split)).write_text('\n'.join(keep) + '\n', encoding='utf-8')
     common_args = ['--threads', '1', '--output-dir', str(out)]
-    evaluated = script.main(['evaluate', str(folder / 'tiny')] + common_args)
-    assert evaluated['num_examples'] == 30
+    # dev pairs 930-959 hold the last of the 160 pairs trained on (783-942): refused, counted
+    trained = _trained_pair_keys(160)
+    mixed = snli.read_snli(str(folder / 'mixed'))
+    count = sum((snli.normalize_text(p), snli.normalize_text(h)) in trained
+                for p, h in zip(mixed.premises, mixed.hypotheses))
+    assert 0 < count < 30
+    with pytest.raises(SystemExit, match=r'but {} of the 30 pairs of .*mixed were .*validation '
+                                         r'files of its training run, .*subsetA_1289\.jsonl, '
+                                         r'.*subsetB_1277\.jsonl'.format(count)):
+        script.main(['evaluate', str(folder / 'mixed')] + common_args)
+    assert not (out / 'eval_metrics.json').exists()
+    evaluated = script.main(['evaluate', str(folder / 'late')] + common_args)
+    assert evaluated['num_examples'] == 30 and evaluated['trained_pairs_evaluated'] == 0
     assert json.loads((out / 'eval_metrics.json').read_text()) == json.loads(
         json.dumps(evaluated))
     probabilities = script.main(['predict', 'A dog runs.', 'An animal moves.'] + common_args)
     assert set(probabilities) == set(snli.LABELS)
     assert sum(probabilities.values()) == pytest.approx(1, abs=1e-6)
     assert Path(script.main(['plot-attention', '2'] + common_args)).stat().st_size > 1000
+
+    # a folder written before trained_pairs was recorded: evaluated, the check skipped, said so
+    model_config = json.loads((out / 'config.json').read_text())
+    del model_config['trained_pairs']
+    (out / 'config.json').write_text(json.dumps(model_config))
+    capsys.readouterr()
+    evaluated = script.main(['evaluate', str(folder / 'mixed')] + common_args)
+    assert evaluated['num_examples'] == 30 and evaluated['trained_pairs_evaluated'] is None
+    assert 'records no trained_pairs' in capsys.readouterr().err
+
+
+def _trained_pair_keys(max_train):
+    """The normalized (premise, hypothesis) of the first ``max_train`` default training pairs:
+    the e-SNLI dev pairs that are not in the two jsonl subsets."""
+    valid = set()
+    for name in ('subsetA_1289', 'subsetB_1277'):
+        for line in data_file('snli/jsonl/snli_1.0_dev_' + name + '.jsonl').read_text(
+                encoding='utf-8').splitlines():
+            record = json.loads(line)
+            if record['gold_label'] != '-':         # unlabelled pairs are not read
+                    valid.add((snli.normalize_text(record['sentence1']),
+                           snli.normalize_text(record['sentence2'])))
+    dev = snli.read_snli(str(data_file('snli/esnli_infersent_format/s1.dev')))
+    keys = [(snli.normalize_text(p), snli.normalize_text(h))
+            for p, h in zip(dev.premises, dev.hypotheses)]
+    return set([key for key in keys if key not in valid][:max_train])
 
 
 def test_plot_attention_refuses_more_pairs_than_it_can_draw_or_validation_holds(

@@ -248,7 +248,8 @@ def train(config, data=None, entry=_UNCHECKED):
     if entry is _UNCHECKED:                              # before anything is written
         entry = check_resumable(config)
     write_run_config(config.output_dir, config)
-    save_model_config(config, vocab, int(onp.bincount(encoded[2], minlength=3).argmax()))
+    save_model_config(config, vocab, int(onp.bincount(encoded[2], minlength=3).argmax()),
+                      train_pairs)
     seed_step(config.seed, 0)                            # the initial weights
     model = DecomposableAttention(len(vocab), embed_size=config.embed_size,
                                   num_hiddens=config.num_hiddens, dropout=config.dropout)

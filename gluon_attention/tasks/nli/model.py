@@ -8,6 +8,7 @@ configuration: sizes, vocabulary size, ``max_length``, the training majority lab
 """
 import json
 import os
+import sys
 
 import mxnet as mx
 import numpy as onp
@@ -20,7 +21,8 @@ from ...models.nli import DecomposableAttention
 from ..engine.common import atomic_path, atomic_write_json, parse_ctx, parse_devices
 
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'predict_logits', 'data_paths', 'load_valid',
-           'load_data', 'load_model', 'save_model_config', 'plot_attention', 'evaluate', 'predict']
+           'load_data', 'load_model', 'save_model_config', 'check_not_trained_on',
+           'plot_attention', 'evaluate', 'predict']
 
 #: The positional inputs of the model and of its exported graph (``data0`` ... ``data3``).
 INPUT_NAMES = ['premise', 'hypothesis', 'premise_valid_length', 'hypothesis_valid_length']
@@ -118,14 +120,47 @@ def load_model(folder, ctx=None):
     return model, vocab, model_config
 
 
-def save_model_config(config, vocab, majority):
-    """Write ``vocab.json`` and ``config.json`` of the model ``config`` describes (atomically)."""
+def save_model_config(config, vocab, majority, train_pairs):
+    """Write ``vocab.json`` and ``config.json`` of the model ``config`` describes (atomically).
+
+    ``config.json`` records what the model was trained on: ``trained_pairs``, the sorted distinct
+    digests of ``train_pairs`` (:func:`~gluon_attention.data.snli.pair_digests`; 16 bytes of
+    JSON a pair), which :func:`evaluate` checks, and ``valid_files``, the validation files of the
+    run (held out from training).
+    """
     with atomic_path(os.path.join(config.output_dir, 'vocab.json')) as tmp:
         vocab.save(tmp)
     atomic_write_json(os.path.join(config.output_dir, 'config.json'), {
         'model': {'embed_size': config.embed_size, 'num_hiddens': config.num_hiddens,
                   'dropout': config.dropout},
-        'vocab_size': len(vocab), 'max_length': config.max_length, 'majority_label': majority})
+        'vocab_size': len(vocab), 'max_length': config.max_length, 'majority_label': majority,
+        'valid_files': [str(path) for path in data_paths(config)['valid']],
+        'trained_pairs': sorted(set(snli.pair_digests(train_pairs)))})
+
+
+def check_not_trained_on(model_config, pairs, folder):
+    """Refuse to score a model on pairs it was trained on.
+
+    ``model_config``: the ``config.json`` of the model ``folder``. Returns what is added to the
+    metrics: ``{'trained_pairs_evaluated': 0}``, or ``{'trained_pairs_evaluated': None}`` for a
+    folder written before the record (nothing checked; a note on stderr). ValueError saying how
+    many of the pairs were trained on and which files were held out.
+    """
+    if 'trained_pairs' not in model_config:
+        print('note: {} records no trained_pairs (written by an older version): the check that '
+              '{} holds no training pair is skipped'.format(
+                  os.path.join(folder, 'config.json'), pairs.source), file=sys.stderr)
+        return {'trained_pairs_evaluated': None}
+    trained = set(model_config['trained_pairs'])
+    count = sum(digest in trained for digest in snli.pair_digests(pairs))
+    if count:
+        _checks.fail('evaluate needs pairs the model of {} was not trained on, but {} of the {} '
+                     'pairs of {} were (its config.json records them, trained_pairs): evaluate '
+                     'held-out pairs instead, such as the validation files of its training run, '
+                     '{}'.format(folder, count, len(pairs), pairs.source,
+                                 ', '.join(model_config.get('valid_files') or ['--valid'])),
+                     path=pairs.source)
+    return {'trained_pairs_evaluated': 0}
 
 
 def _import_pyplot():
@@ -200,11 +235,12 @@ def evaluate(config, path, output=''):
     ctx = parse_devices(config.ctx)[0]
     model, vocab, model_config = load_model(config.output_dir, ctx)
     pairs = snli.read_snli(path)
+    checked = check_not_trained_on(model_config, pairs, config.output_dir)
     encoded = snli.encode_pairs(pairs, vocab, model_config['max_length'])
     logits = predict_logits(model, snli.iter_batches(encoded, EVAL_BATCH_SIZE), len(pairs), ctx)
     metrics = snli.classification_metrics(encoded[2], logits.argmax(1),
                                           model_config['majority_label'])
-    metrics.update({'data': pairs.source, 'skipped_dash': pairs.num_skipped})
+    metrics.update({'data': pairs.source, 'skipped_dash': pairs.num_skipped}, **checked)
     output = output or os.path.join(config.output_dir, 'eval_metrics.json')
     atomic_write_json(output, metrics)
     print('{}: {} pairs, accuracy {:.4f} (majority-class baseline {:.4f}) -> {}'.format(
