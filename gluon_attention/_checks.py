@@ -287,20 +287,15 @@ def check_index_range(num_elements, what='the attention scores'):
                  what, num_elements, MAX_ELEMENTS), num_elements=num_elements)
 
 
-def check_token_ids(name, ids, size, allow_float=False):
-    """Imperatively check token ids in [0, size): an integer array (or, with ``allow_float``, a
-    float array of integral values). An Embedding would clip or truncate bad ids silently."""
+def check_token_ids(name, ids, size):
+    """Imperatively check token ids in [0, size): an integer array (float ids are refused, as an
+    Embedding would truncate them silently, and so are ids outside the range it would clip)."""
     if not isinstance(ids, mx.nd.NDArray):
         fail_type('{} must be an mxnet array of token ids'.format(name), **{name: type(ids).__name__})
     values = ids.asnumpy()
-    if values.dtype.kind == 'f' and allow_float:
-        if not onp.all(onp.isfinite(values) & (values == onp.round(values))):
-            bad = values[~(onp.isfinite(values) & (values == onp.round(values)))].ravel()[0]
-            fail('{} must hold whole numbers (a float array of ids must have integral values)'
-                 .format(name), **{'a value of ' + name: float(bad)})
-    elif values.dtype.kind not in 'iu':
-        fail_type('{} must be an integer array (int32)'.format(name),
-                  **{name + '.dtype': str(values.dtype)})
+    if values.dtype.kind not in 'iu':
+        fail_type('{} must be an integer array of token ids (int32; convert float ids with '
+                  '.astype(\'int32\'))'.format(name), **{name + '.dtype': str(values.dtype)})
     if values.size and not 0 <= values.min() <= values.max() < size:
         fail('{}: token ids must lie in [0, {})'.format(name, size),
              **{'(min, max) of ' + name: (int(values.min()), int(values.max()))})

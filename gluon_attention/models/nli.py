@@ -219,9 +219,10 @@ class DecomposableAttention(CheckedBlock):
     dropout : float
 
     Call ``(premise, hypothesis, premise_valid_length, hypothesis_valid_length)`` positionally:
-    token ids (B, L_p) and (B, L_h) (int32 or float32), valid lengths (B,) int32/int64 (or integral
-    float32). Token ids must lie in [0, ``vocab_size``) and float ids must be whole numbers
-    (ValueError otherwise; an embedding would clip them silently). Returns logits float32
+    token ids (B, L_p) and (B, L_h), integer (int32), valid lengths (B,) int32/int64 (or integral
+    float32). Token ids must lie in [0, ``vocab_size``) (ValueError otherwise; an embedding would
+    clip them silently); float token ids are a TypeError, as in :class:`BertEncoder` (an
+    embedding would truncate them silently). Returns logits float32
     (B, num_classes). Appending more padding (any token ids) to a
     batch leaves the logits unchanged. After ``hybridize()`` and ``export``, the graph's inputs are
     ``data0..data3`` in this order and accept any B, L_p and L_h of at least 1.
@@ -246,8 +247,7 @@ class DecomposableAttention(CheckedBlock):
         _check_sentences(premise, hypothesis, premise_valid_length, hypothesis_valid_length,
                          'premise', 'hypothesis', rank=2)
         for name, ids in (('premise', premise), ('hypothesis', hypothesis)):
-            _checks.check_token_ids(name, ids, self.embedding.weight.shape[0],
-                                    allow_float=True)
+            _checks.check_token_ids(name, ids, self.embedding.weight.shape[0])
 
     def hybrid_forward(self, F, premise, hypothesis, premise_valid_length,
                        hypothesis_valid_length):

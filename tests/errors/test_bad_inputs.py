@@ -423,8 +423,15 @@ BAD = [
      lambda: _nli()(ints([[1, 2]]), ints([[-5, 2]]), ints([2]), ints([2])), ValueError,
      ['[0, 100)', '(-5, 2)']),
     ('DecomposableAttention-token-id-fractional',
-     lambda: _nli()(np.array([[1.0, 2.5]]), ints([[1, 2]]), ints([2]), ints([2])), ValueError,
-     ['2.5']),
+     lambda: _nli()(np.array([[1.0, 2.5]]), ints([[1, 2]]), ints([2]), ints([2])), TypeError,
+     ["premise must be an integer array of token ids", "premise.dtype='float32'"]),
+    ('DecomposableAttention-token-id-float-whole',
+     lambda: _nli()(ints([[1, 2]]), np.array([[1.0, 2.0]]), ints([2]), ints([2])), TypeError,
+     ["hypothesis must be an integer array of token ids", ".astype('int32')",
+      "hypothesis.dtype='float32'"]),
+    ('DecomposableAttention-hybridized-token-id-float',
+     lambda: _nli(hybridize=True)(ints([[1, 2]]), np.array([[1.0, 2.0]]), ints([2]), ints([2])),
+     TypeError, ["hypothesis.dtype='float32'"]),
     ('DecomposableAttention-hybridized-token-id-above-vocab',
      lambda: _nli(hybridize=True)(ints([[1, 100]]), ints([[1, 2]]), ints([2]), ints([2])),
      ValueError, ['(1, 100)']),
@@ -508,8 +515,8 @@ def test_accepted_neighbours_of_bad_inputs_give_the_expected_values():
     nli = _nli()
     hyp, lengths = ints([[4, 5]]), (ints([3]), ints([2]))
     as_int = nli(ints([[1, 2, 99]]), hyp, *lengths).asnumpy()
-    as_float = nli(np.array([[1.0, 2.0, 99.0]]), hyp, *lengths).asnumpy()
-    onp.testing.assert_array_equal(as_float, as_int)
+    as_int64 = nli(ints([[1, 2, 99]], 'int64'), hyp, *lengths).asnumpy()
+    onp.testing.assert_array_equal(as_int64, as_int)
     bert, ids = _bert(), ints([[1, 2, 3], [4, 5, 6]])
     onp.testing.assert_array_equal(bert(ids, None, ints([3, 2])).asnumpy(),
                                    bert(ids, ints(onp.zeros((2, 3))), ints([3, 2])).asnumpy())

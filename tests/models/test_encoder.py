@@ -261,7 +261,8 @@ def test_bad_inputs_are_explained(small_encoder, rng, length, valid, first_id, m
 def test_float_token_ids_are_refused(small_encoder):
     ids = onp.zeros((2, 5), onp.float32)
     with pytest.raises(TypeError,
-                       match=r"integer array \(int32\). Received: token_ids.dtype='float32'"):
+                       match=r"integer array of token ids \(int32; .*Received: "
+                             r"token_ids.dtype='float32'"):
         small_encoder(mx.np.array(ids), mx.np.array(ids, dtype='int32'),
                       mx.np.array([5, 2], dtype='int32'))
 
