@@ -270,13 +270,21 @@ def export_onnx(block_or_prefix, onnx_path=None, input_names=None, input_dtypes=
 
 def onnx_session(onnx_path, threads=None):
     """An ONNX Runtime CPU session for ``onnx_path``; ``threads`` (default: OMP_NUM_THREADS,
-    else 1) intra-op threads."""
+    else 1) intra-op threads. ValueError (one line, ONNX Runtime's reason) for a file ONNX
+    Runtime cannot load: missing, not an ONNX model, an invalid graph."""
     import onnxruntime  # pylint: disable=import-outside-toplevel
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = int(threads or os.environ.get('OMP_NUM_THREADS') or 1)
     options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(os.fspath(onnx_path), options,
-                                        providers=['CPUExecutionProvider'])
+    try:
+        return onnxruntime.InferenceSession(os.fspath(onnx_path), options,
+                                            providers=['CPUExecutionProvider'])
+    except Exception as err:  # pylint: disable=broad-except
+        if not type(err).__module__.startswith('onnxruntime'):
+            raise
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return _checks.fail('the ONNX file must be an ONNX model that ONNX Runtime loads',
+                            onnx_path=os.fspath(onnx_path), reason=reason.split('failed:')[-1])
 
 
 def _np_dtype(ort_type):

@@ -48,12 +48,15 @@ class EvaluateJob:
     overlap : dict
         The ``train_eval_shared_*`` counts of
         :func:`~gluon_attention.tasks.squad.data.check_not_trained_on`, added to the metrics.
+    onnx_block : OnnxQABlock or None
+        The ``--onnx-model`` file, loaded (None without it).
     """
     contexts: list[mx.Context]
     model_dir: str
     eval_set: EvalSet
     threshold: NullThreshold
     overlap: dict
+    onnx_block: Optional['OnnxQABlock'] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +71,22 @@ class PredictJob:
         The saved model folder.
     examples : list of SquadExample or None
         The questions of ``--predict-file``; None for one ``--question``.
+    onnx_block : OnnxQABlock or None
+        The ``--onnx-model`` file, loaded (None without it).
     """
     contexts: list[mx.Context]
     model_dir: str
     examples: Optional[list[squad.SquadExample]]
+    onnx_block: Optional['OnnxQABlock'] = None
+
+
+def _onnx_block(config):
+    """The ``--onnx-model`` file loaded in ONNX Runtime (None without it); ValueError, one line,
+    for a file ONNX Runtime cannot load."""
+    if not config.onnx_model:
+        return None
+    from .onnx_check import OnnxQABlock  # pylint: disable=import-outside-toplevel
+    return OnnxQABlock(config.onnx_model, config.threads or None)
 
 
 def results_folder(config, command):
@@ -85,10 +100,9 @@ def answer_features(config, job):
     graph, or the ``--onnx-model`` file in ONNX Runtime (batches of ``--eval-batch-size``
     features of similar lengths either way)."""
     features = job.eval_set.features
-    if config.onnx_model:
+    if job.onnx_block is not None:
         from .onnx_check import run_onnx_squad  # pylint: disable=import-outside-toplevel
-        return run_onnx_squad(config.onnx_model, features, config.eval_batch_size,
-                              config.threads or None)
+        return run_onnx_squad(job.onnx_block.session, features, config.eval_batch_size)
     model = load_folder_model(job.model_dir, job.contexts)
     return infer(model, features, config, job.contexts[0])[1]
 
@@ -99,13 +113,14 @@ def prepare_evaluate(config):
     contexts, folder = contexts_of(config), model_folder(config)
     model_config = read_qa_config(folder)
     threshold = config.null_threshold.resolve(model_config, config.version_2_with_negative)
+    onnx_block = _onnx_block(config)
     examples = load_eval_examples(config)
     overlap = check_not_trained_on(model_config, examples,
                                    config.eval_file)
     eval_set = EvalSet.from_examples(examples, squad.load_tokenizer(folder),
                                      model_config['eval_max_seq_length'],
                                      model_config['max_query_length'])
-    return EvaluateJob(contexts, folder, eval_set, threshold, overlap)
+    return EvaluateJob(contexts, folder, eval_set, threshold, overlap, onnx_block)
 
 
 def run_evaluate(config, job):
@@ -136,7 +151,7 @@ def prepare_predict(config):
         if not examples:
             fail('--predict-file must hold at least one question',
                  predict_file=config.predict_file)
-    return PredictJob(contexts, folder, examples)
+    return PredictJob(contexts, folder, examples, _onnx_block(config))
 
 
 def run_predict(config, job):
@@ -146,9 +161,8 @@ def run_predict(config, job):
         job.model_dir, ctx=job.contexts[0], threshold=config.null_threshold,
         batch_size=config.eval_batch_size, max_answer_length=config.max_answer_length,
         start_top_n=config.start_top_n, end_top_n=config.end_top_n)
-    if config.onnx_model:         # the folder still gives the tokenizer, lengths, threshold
-        from .onnx_check import OnnxQABlock  # pylint: disable=import-outside-toplevel
-        predictor.block = OnnxQABlock(config.onnx_model, config.threads or None)
+    if job.onnx_block is not None:    # the folder still gives the tokenizer, lengths, threshold
+        predictor.block = job.onnx_block
     threshold = predictor.threshold
     if not config.predict_file:
         answer = predictor.answer(config.question, config.context)

@@ -59,12 +59,12 @@ class OnnxQABlock:
 
 
 def run_onnx_squad(onnx_path, features, batch_size=32, threads=None):
-    """QA outputs of the ONNX model for each feature: a list of 5-tuples of NumPy arrays
-    (``start_top_logits``, ``start_top_index``, ``end_top_logits``, ``end_top_index``,
-    ``answerable_logits``), in feature order. Batches group features of similar length,
-    padded to a multiple of 8 tokens."""
+    """QA outputs of the ONNX model (a path, or an ONNX Runtime session) for each feature: a
+    list of 5-tuples of NumPy arrays (``start_top_logits``, ``start_top_index``,
+    ``end_top_logits``, ``end_top_index``, ``answerable_logits``), in feature order. Batches
+    group features of similar length, padded to a multiple of 8 tokens."""
     _checks.check_positive_int('batch_size', batch_size)
-    session = onnx_session(onnx_path, threads)
+    session = onnx_path if hasattr(onnx_path, 'run') else onnx_session(onnx_path, threads)
     names = [i.name for i in session.get_inputs()]
     outputs = [None] * len(features)
     for index in squad.length_sorted_batches(features, batch_size):

@@ -1,0 +1,62 @@
+"""One-line errors of the SQuAD command line and the export runner for what a user may get
+wrong: a file that is not an ONNX model, a missing inputs file."""
+import shutil
+from pathlib import Path
+
+import numpy as onp
+import pytest
+
+from gluon_attention._resources import default_model_dir
+from gluon_attention.export import _main as export_main
+from squad_tiny import script_module
+
+run_squad = script_module()
+LEGACY = Path(__file__).resolve().parents[1] / 'fixtures' / 'legacy_da7f4ab'
+
+
+@pytest.fixture(scope='module')
+def run_folder(tmp_path_factory):
+    """A train run's folder holding a saved model folder (the legacy fixture's) in model/."""
+    run = tmp_path_factory.mktemp('run')
+    shutil.copytree(LEGACY / 'model', run / 'model')
+    for name in ('vocab.txt', 'tokenizer.json'):
+        shutil.copyfile(default_model_dir() / name, run / 'model' / name)
+    (run / 'metrics.json').write_text('{"f1": 1.0}')
+    return run
+
+
+def _error_line(argv, capsys):
+    """The error line of a command refused with status 2 (after the parser's usage, if any)."""
+    with pytest.raises(SystemExit) as info:
+        run_squad.main(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 or lines[0].startswith('usage: '), lines
+    return lines[-1]
+
+
+def test_a_file_that_is_not_onnx_is_one_line(run_folder, tmp_path, capsys):
+    not_onnx = str(run_folder / 'metrics.json')
+    common = ['--model-dir', str(run_folder / 'model'), '--onnx-model', not_onnx,
+              '--output-dir', str(tmp_path), '--threads', '1']
+    for argv in (['predict', '--question', 'Who?', '--context', 'Rollo.'] + common,
+                 ['evaluate', '--eval-file', 'haystack-small', '--max-eval-examples', '2']
+                 + common):
+        line = _error_line(argv, capsys)
+        assert line.startswith('run_squad.py: error: the ONNX file must be an ONNX model that '
+                               'ONNX Runtime loads. Received: onnx_path={!r}, reason='
+                               .format(not_onnx)), line
+    assert not (tmp_path / 'evaluate').exists()
+
+
+def test_export_runner_names_a_missing_inputs_file(tmp_path, capsys):
+    assert export_main(['mha', str(tmp_path / 'nope.npz'), str(tmp_path / 'out.npz')]) == 2
+    assert capsys.readouterr().err == (
+        'python -m gluon_attention.export: error: INPUTS.npz must be an existing .npz file '
+        '(arrays batch<i>/<input name>). Received: inputs={!r}\n'.format(
+            str(tmp_path / 'nope.npz')))
+    onp.savez(tmp_path / 'in.npz', x=onp.zeros(2))
+    assert export_main([str(tmp_path / 'mha'), str(tmp_path / 'in.npz'), 'out.npz']) == 2
+    assert 'an exported model needs {}-inputs.json'.format(tmp_path / 'mha') in \
+        capsys.readouterr().err
+    assert not (tmp_path / 'out.npz').exists()
