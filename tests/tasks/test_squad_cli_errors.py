@@ -1,5 +1,6 @@
 """One-line errors of the SQuAD command line and the export runner for what a user may get
-wrong: a file that is not an ONNX model, a missing inputs file."""
+wrong: a file that is not an ONNX model, a missing inputs file, --predict-file with --question,
+a train run's folder given for its model folder, a question that is not a str."""
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 
 from gluon_attention._resources import default_model_dir
 from gluon_attention.export import _main as export_main
+from gluon_attention.tasks.squad.predictor import QAPredictor
 from squad_tiny import script_module
 
 run_squad = script_module()
@@ -60,3 +62,26 @@ def test_export_runner_names_a_missing_inputs_file(tmp_path, capsys):
     assert 'an exported model needs {}-inputs.json'.format(tmp_path / 'mha') in \
         capsys.readouterr().err
     assert not (tmp_path / 'out.npz').exists()
+
+
+def test_predict_file_and_question_exclude_each_other(run_folder, tmp_path, capsys):
+    line = _error_line(['predict', '--model-dir', str(run_folder / 'model'), '--predict-file',
+                        'haystack-small', '--question', 'Who?', '--context', 'Rollo.',
+                        '--output-dir', str(tmp_path)], capsys)
+    assert 'predict takes --predict-file or --question with --context: they exclude each ' \
+           'other. Received: ' in line
+
+
+def test_a_run_folder_given_as_model_dir_points_at_its_model(run_folder, tmp_path, capsys):
+    line = _error_line(['predict', '--model-dir', str(run_folder), '--question', 'Who?',
+                        '--context', 'Rollo.', '--output-dir', str(tmp_path)], capsys)
+    assert '; did you mean {}, the model folder of that run?. Received: model_dir={!r}'.format(
+        run_folder / 'model', str(run_folder)) in line
+
+
+def test_answer_names_the_argument_that_is_not_a_str(run_folder):
+    predictor = QAPredictor(None, None, {}, None)
+    with pytest.raises(TypeError, match=r'^question must be a str\. Received: question=None$'):
+        predictor.answer(None, 'ctx')
+    with pytest.raises(TypeError, match=r'^context must be a str\. Received: context=3$'):
+        predictor.answer('Who?', 3)

@@ -316,9 +316,18 @@ def check_config(config):
              max_steps=config.max_steps)
     if getattr(config, 'onnx_model', '') and not os.path.isfile(config.onnx_model):
         fail('--onnx-model must name an existing .onnx file', onnx_model=config.onnx_model)
-    if isinstance(config, PredictConfig) and (
-            bool(config.predict_file) == (config.question is not None)
-            or (config.question is None) != (config.context is None)):
+    if isinstance(config, PredictConfig):
+        _check_predict_inputs(config)
+
+
+def _check_predict_inputs(config):
+    """--predict-file, or --question with --context: one of the two, not both."""
+    one = config.question is not None or config.context is not None
+    if config.predict_file and one:
+        fail('predict takes --predict-file or --question with --context: they exclude each '
+             'other', predict_file=config.predict_file, question=config.question,
+             context=config.context)
+    if not config.predict_file and (config.question is None or config.context is None):
         fail('predict needs either --predict-file or both --question and --context',
              predict_file=config.predict_file, question=config.question, context=config.context)
 

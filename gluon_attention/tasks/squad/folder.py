@@ -69,8 +69,11 @@ def check_model_folder(folder, fine_tuned, weights=True):
         missing.append('tokenizer.json or vocab.txt')
     if missing:
         kind = 'a model folder saved by train' if fine_tuned else 'a pretrained BERT folder'
-        fail('--model-dir must be {} with {} (missing: {})'.format(
-            kind, ', '.join(needed), ', '.join(missing)), model_dir=folder)
+        inner = os.path.join(folder, 'model')     # a train run's folder holds its model/
+        hint = '; did you mean {}, the model folder of that run?'.format(inner) if (
+            os.path.isfile(os.path.join(inner, QA_CONFIG))) else ''
+        fail('--model-dir must be {} with {} (missing: {}){}'.format(
+            kind, ', '.join(needed), ', '.join(missing), hint), model_dir=folder)
 
 
 def model_folder(config):

@@ -209,6 +209,9 @@ class QAPredictor:
         TypeError
             ``question`` or ``context`` is not a str.
         """
+        for name, text in (('question', question), ('context', context)):
+            if not isinstance(text, str):
+                fail_type('{} must be a str'.format(name), **{name: text})
         return self.answer_batch([(question, context)])[0]
 
     def answer_batch(self, pairs):
