@@ -12,9 +12,11 @@ Default run (no arguments; the files of the data folder: --data-dir, else $GA_DA
 e-SNLI line-format files minus the pairs that occur in the two SNLI 1.0 jsonl subsets (matched on
 normalized text), validate on the 2,527 labelled jsonl pairs, keep the best epoch, write
 ``metrics.json``, export the hybridized model and check that the reloaded ``SymbolBlock`` agrees.
-The options are written to ``<output-dir>/run_config.json``; a killed run rerun with the same
-options resumes after its last finished epoch (``<output-dir>/checkpoints``). ``evaluate`` refuses
-pairs the model was trained on (``<output-dir>/config.json`` records them).
+The options are written to ``<output-dir>/run_config.json``, with the environment variables that
+change the numbers (MXNET_SAFE_ACCUMULATION, set to 1 unless already set, and OMP_NUM_THREADS); a
+killed run rerun with the same options resumes after its last finished epoch
+(``<output-dir>/checkpoints``). ``evaluate`` refuses pairs the model was trained on
+(``<output-dir>/config.json`` records them).
 
 Data paths: a ``*.jsonl`` (or ``.jsonl.gz``) file is read as SNLI 1.0 jsonl; anything else is the
 one-sentence-per-line format given as the folder plus the split name, i.e. the common prefix of
@@ -114,6 +116,10 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    import os
     from _threads import threads_before_mxnet   # scripts/_threads.py, before MXNet starts
     threads_before_mxnet()
+    # float32 reductions accumulate in float64 unless the caller set the variable otherwise, as
+    # under make nli, whose Makefile exports it: the recorded results were made so
+    os.environ.setdefault('MXNET_SAFE_ACCUMULATION', '1')
     main()

@@ -9,6 +9,7 @@ a few seconds; the script is loaded as a module and called in this process.
 import dataclasses
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -142,6 +143,8 @@ def test_tiny_run_trains_exports_writes_run_config_and_serves_every_mode(script,
     assert saved['export']['num_batches'] == 10 and saved['history'][-1]['steps'] == 3
     assert saved['glove']['found'] > 0 and len(saved['confusion_matrix']) == 3
     config = read_run_config(out, NLIConfig)
+    assert json.loads((out / 'run_config.json').read_text())['environment'] == {
+        name: os.environ.get(name) for name in ('MXNET_SAFE_ACCUMULATION', 'OMP_NUM_THREADS')}
     assert config == NLIConfig(max_train=160, epochs=2, max_steps=3, batch_size=16, num_hiddens=8,
                                seed=7, glove='sample', threads=1, progress=False,
                                output_dir=str(out))

@@ -18,7 +18,7 @@ from ... import _checks
 from .common import atomic_write_json
 
 __all__ = ['option', 'recipe_option', 'recipe', 'add_arguments', 'from_args',
-           'write_run_config', 'read_run_config', 'RUN_CONFIG']
+           'write_run_config', 'read_run_config', 'RUN_CONFIG', 'NUMERICS_VARIABLES']
 
 RUN_CONFIG = 'run_config.json'
 
@@ -65,19 +65,31 @@ def from_args(config_class, namespace):
                            if f.name in values})
 
 
+#: The environment variables that change a run's numbers, recorded in ``run_config.json``:
+#: MXNET_SAFE_ACCUMULATION=1 makes MXNet's reductions (softmax, sums, norms) accumulate in a wider
+#: type (float64 for float32), and the thread count can change the order of summation.
+NUMERICS_VARIABLES = ('MXNET_SAFE_ACCUMULATION', 'OMP_NUM_THREADS')
+#: The key of ``run_config.json`` that holds them (not an option).
+ENVIRONMENT = 'environment'
+
+
 def write_run_config(folder, config):
-    """Write ``config`` (a dataclass) to ``folder/run_config.json``; returns the path."""
+    """Write ``config`` (a dataclass) to ``folder/run_config.json``, with the values of
+    :data:`NUMERICS_VARIABLES` (None: unset) under ``environment``; returns the path."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, RUN_CONFIG)
-    atomic_write_json(path, dataclasses.asdict(config))
+    atomic_write_json(path, dict(dataclasses.asdict(config), **{ENVIRONMENT: {
+        name: os.environ.get(name) for name in NUMERICS_VARIABLES}}))
     return path
 
 
 def read_run_config(folder, config_class):
-    """The config a run wrote to ``folder/run_config.json`` (unknown keys raise ValueError)."""
+    """The config a run wrote to ``folder/run_config.json`` (unknown keys raise ValueError; the
+    recorded ``environment`` is left out)."""
     path = os.path.join(folder, RUN_CONFIG)
     with open(path, encoding='utf-8') as handle:
         values = json.load(handle)
+    values.pop(ENVIRONMENT, None)
     names = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(values) - names)
     if unknown:
