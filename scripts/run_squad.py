@@ -42,13 +42,10 @@ def build_parser():
 def parse_config(argv):
     """argv -> (command name, config); a bad value or a --model-dir that is not a model folder
     exits with status 2 and a one-line error, before any data is read."""
-    from gluon_attention.tasks.engine.config import from_args
+    from gluon_attention.tasks.engine.config import from_args, parse_command
     from gluon_attention.tasks.squad.folder import model_folder
     from gluon_attention.tasks.squad.config import check_config
-    if not argv or argv[0] not in COMMANDS + ('-h', '--help'):
-        argv = ['train'] + list(argv)
-    parser = build_parser()
-    namespace = parser.parse_args(argv)
+    namespace = parse_command(build_parser(), argv)
     try:
         config = from_args(namespace.config_class, namespace)
         check_config(config)

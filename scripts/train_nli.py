@@ -87,12 +87,9 @@ def main(argv=None):
     """Run the command the command line names; returns what the library function returns."""
     import sys
     import mxnet as mx
-    from gluon_attention.tasks.engine.config import from_args
+    from gluon_attention.tasks.engine.config import from_args, parse_command
     from gluon_attention.tasks.nli.config import NLIConfig, check_config
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in COMMANDS + ('-h', '--help'):
-        argv = ['train'] + argv
-    args = build_parser().parse_args(argv)
+    args = parse_command(build_parser(), sys.argv[1:] if argv is None else argv)
     config = from_args(NLIConfig, args)
     try:
         check_config(config)

@@ -85,3 +85,20 @@ def test_answer_names_the_argument_that_is_not_a_str(run_folder):
         predictor.answer(None, 'ctx')
     with pytest.raises(TypeError, match=r'^context must be a str\. Received: context=3$'):
         predictor.answer('Who?', 3)
+
+
+@pytest.mark.parametrize('argv, usage, error', [
+    (['predcit', '--question', 'Who?'], 'usage: run_squad.py [-h]',
+     "run_squad.py: error: argument {train,evaluate,predict,curve,quantize}: invalid choice: "
+     "'predcit' (choose from 'train', 'evaluate', 'predict', 'curve', 'quantize')"),
+    (['predict', '--questoin', 'Who?'], 'usage: run_squad.py predict [-h]',
+     'run_squad.py predict: error: unrecognized arguments: --questoin Who?'),
+    (['--max-stepz', '3'], 'usage: run_squad.py train [-h]',
+     'run_squad.py train: error: unrecognized arguments: --max-stepz 3'),
+])
+def test_a_misspelled_command_or_option_names_its_command(argv, usage, error, capsys):
+    with pytest.raises(SystemExit) as info:
+        run_squad.main(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith(usage) and lines[-1] == error

@@ -18,7 +18,8 @@ from ... import _checks
 from .common import atomic_write_json
 
 __all__ = ['option', 'recipe_option', 'recipe', 'add_arguments', 'from_args',
-           'write_run_config', 'read_run_config', 'RUN_CONFIG', 'NUMERICS_VARIABLES']
+           'parse_command', 'write_run_config', 'read_run_config', 'RUN_CONFIG',
+           'NUMERICS_VARIABLES']
 
 RUN_CONFIG = 'run_config.json'
 
@@ -71,6 +72,22 @@ def from_args(config_class, namespace):
 NUMERICS_VARIABLES = ('MXNET_SAFE_ACCUMULATION', 'OMP_NUM_THREADS')
 #: The key of ``run_config.json`` that holds them (not an option).
 ENVIRONMENT = 'environment'
+
+
+def parse_command(parser, argv, default='train'):
+    """The namespace of a script with sub-commands (each sub-parser sets ``parser`` to itself).
+
+    No command, or options first, run ``default`` (which takes no positional argument); a first
+    word that is not a command is argparse's invalid choice, listing the commands; an unknown
+    option is reported with the usage of its sub-command, not the top-level one."""
+    argv = list(argv)
+    if not argv or (argv[0].startswith('-') and argv[0] not in ('-h', '--help')):
+        argv = [default] + argv
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(namespace, 'parser', parser).error(
+            'unrecognized arguments: {}'.format(' '.join(unknown)))
+    return namespace
 
 
 def write_run_config(folder, config):
