@@ -173,9 +173,10 @@ def test_attention_that_is_not_a_self_attention_with_query_lengths_is_refused(tm
 
 
 def test_the_int8_route_writes_a_fused_int8_model_and_keeps_the_head_float_on_request(
-        tmp_path):
+        tmp_path, caplog, capfd):
     """run_squad.py quantize's writer on the tiny QA model; OnnxQABlock runs the result as
-    evaluate/predict --onnx-model do, near MXNet's outputs."""
+    evaluate/predict --onnx-model do, near MXNet's outputs. ONNX Runtime's quantizer warnings
+    (untyped fused outputs, the image-model pre-processing advice) are not shown."""
     from gluon_attention.tasks.squad.onnx_check import OnnxQABlock
     from gluon_attention.tasks.squad.quantize import write_int8_model
     model = ga.ModelForQAConditional(tiny_bert(fused_attention=True), units=8, dropout=0.1)
@@ -184,6 +185,8 @@ def test_the_int8_route_writes_a_fused_int8_model_and_keeps_the_head_float_on_re
     inference(*as_mx(qa_inputs(2, 5)))
     initialize(model)
     report = write_int8_model(inference, str(tmp_path), HEADS, UNITS, int8_head=False)
+    shown = caplog.text + capfd.readouterr().err
+    assert 'Failed to infer data type' not in shown and 'pre-processing' not in shown
     counts = report['int8_counts']
     assert counts.get('QAttention') == LAYERS and counts.get('BiasGelu') == LAYERS
     # the head's dense layers (start, end pair, end, answerable x2) stay float32 MatMuls
