@@ -19,8 +19,12 @@ def build_parser():
                                      epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
     parser.add_argument('--url', default='http://127.0.0.1:8080/predictions/squad',
                         help='the prediction URL (loopback only)')
-    parser.add_argument('--questions', default='haystack-small', help='SQuAD-format file (a '
-                        'path or a shipped name); its answers are ignored')
+    parser.add_argument('--questions', default='haystack-small', help='SQuAD-format file: a '
+                        'path, or a named data set of the data folder (haystack-small, ...); its '
+                        'answers are ignored')
+    parser.add_argument('--data-dir', default='', help="the data folder holding the named SQuAD "
+                        "files ('': $GA_DATA_DIR, else ../shared/data from the repository root; "
+                        'see docs/data.md)')
     parser.add_argument('--requests', type=int, default=0, help='requests to send (0: one per '
                         'question; more cycle through the questions)')
     parser.add_argument('--concurrency', type=int, default=8, help='requests in flight')
@@ -47,7 +51,8 @@ def main(argv=None):
     from gluon_attention.data.squad import read_squad
     try:
         check_loopback(args.url)
-        examples = read_squad(data_path(args.questions), require_answers=False)
+        examples = read_squad(data_path(args.questions, args.data_dir or None),
+                              require_answers=False)
     except ValueError as err:
         build_parser().error(str(err))
     count = args.requests or len(examples)
