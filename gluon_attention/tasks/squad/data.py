@@ -190,12 +190,13 @@ def check_no_shared_data(train_examples, eval_examples, trained_titles=()):
     Raises
     ------
     ValueError
-        One line naming the shared titles and the number of shared paragraphs (context texts).
+        One line naming the shared titles and the number of shared paragraphs (context texts,
+        matched as :func:`paragraph_keys` records them for ``evaluate``: whitespace runs made one
+        space).
     """
     eval_titles = {e.title for e in eval_examples}
     titles = sorted(({e.title for e in train_examples} | set(trained_titles)) & eval_titles)
-    paragraphs = ({e.context.strip() for e in train_examples}
-                  & {e.context.strip() for e in eval_examples})
+    paragraphs = set(paragraph_keys(train_examples)) & set(paragraph_keys(eval_examples))
     if titles or paragraphs:
         fail('training and evaluation must share no article and no paragraph (leave the '
              'evaluation articles out of training with --exclude-titles, or evaluate on other '
