@@ -142,6 +142,8 @@ class EvalFileOptions(QAOptions):
     eval_file: str = option('haystack-small', 'SQuAD json to evaluate on (a path, or a named '
                             'file of the data folder: haystack-small, cs224n-16articles, '
                             'v1.1-24articles, v1.1-dev, v2.0-dev, ...)')
+    eval_exclude_titles: str = option('', 'comma-separated article titles of --eval-file left '
+                                      "out of evaluation; each must be in it ('': none)")
     max_eval_examples: int = option(0, 'evaluate only the first N questions (0: all)')
     version_2_with_negative: int = option(
         1, "1: SQuAD 2.0 (questions may have no answer); 0: SQuAD 1.1 (never predict '', "
@@ -190,10 +192,15 @@ class TrainConfig(EvalFileOptions):
     train_file: str = recipe_option('cs224n-16articles', 'SQuAD json to train on (a path, or a '
                                     'named file of the data folder: cs224n-16articles, '
                                     'v1.1-24articles, v1.1-train, v2.0-train-10articles, ...)')
-    extra_train_file: str = recipe_option('v1.1-24articles', "more training data ('' for none)")
+    extra_train_file: str = recipe_option('v1.1-24articles', 'more training data: comma-separated '
+                                          "files or named files ('' for none)")
     exclude_titles: str = recipe_option(EVAL_TITLES, 'comma-separated article titles left out '
                                         'of training (the evaluation articles); each must be in '
                                         "a training file ('': none)")
+    init_heads: str = recipe_option(
+        'auto', "'auto': with a --model-dir saved by train (holding qa_head.safetensors), start "
+                "from its QA heads too (else new heads); 'new': always new heads",
+        choices=('auto', 'new'))
     threshold_titles: str = recipe_option(
         THRESHOLD_TITLES, "comma-separated articles of --train-file held out of training (from "
                           "both training files): the null threshold is the one with the best F1 "

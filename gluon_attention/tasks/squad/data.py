@@ -17,7 +17,7 @@ from ..._resources import default_model_dir, missing_file
 from ...data import squad
 
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'data_path', 'check_data_files', 'titles',
-           'default_model_folder',
+           'default_model_folder', 'extra_train_files',
            'check_freeze_layers', 'check_model_fits', 'select_training', 'training_examples',
            'load_training_features', 'heldout_examples', 'check_no_shared_data',
            'note_evaluated_threshold_articles', 'paragraph_keys', 'check_not_trained_on',
@@ -48,9 +48,16 @@ def check_data_files(config):
     """Every SQuAD file ``config`` names (``train_file``, ``extra_train_file``, ``eval_file``,
     ``predict_file``, those it has) exists: ValueError for the first that does not, before any
     work starts."""
-    for option in ('train_file', 'extra_train_file', 'eval_file', 'predict_file'):
+    for option in ('train_file', 'eval_file', 'predict_file'):
         if getattr(config, option, ''):
             data_path(getattr(config, option), config.data_dir)
+    for name in extra_train_files(config):
+        data_path(name, config.data_dir)
+
+
+def extra_train_files(config):
+    """The files of ``--extra-train-file`` (comma-separated; empty items dropped), as given."""
+    return titles(getattr(config, 'extra_train_file', '') or '')
 
 
 def titles(text):
@@ -122,8 +129,8 @@ def training_examples(config):
     misspelt title would otherwise train on the evaluation articles)."""
     # read once: titles and examples
     read = squad.read_squad(data_path(config.train_file, config.data_dir))
-    if config.extra_train_file:
-        read += squad.read_squad(data_path(config.extra_train_file, config.data_dir))
+    for name in extra_train_files(config):
+        read += squad.read_squad(data_path(name, config.data_dir))
     absent = set(titles(config.exclude_titles)) - {e.title for e in read}
     if absent:
         fail('--exclude-titles: expected every requested title in the training files '
@@ -272,9 +279,16 @@ def eval_stride(max_seq_length, max_query_length):
 
 
 def load_eval_examples(config):
-    """The evaluation questions of ``config.eval_file`` (the first ``max_eval_examples``); with
+    """The evaluation questions of ``config.eval_file`` less the ``eval_exclude_titles`` articles
+    (ValueError naming a title the file does not hold), the first ``max_eval_examples``; with
     ``version_2_with_negative`` 0, its answerable questions only (ValueError when none)."""
     examples = squad.read_squad(data_path(config.eval_file, config.data_dir))
+    left_out = titles(getattr(config, 'eval_exclude_titles', '') or '')
+    absent = sorted(set(left_out) - {e.title for e in examples})
+    if absent:
+        fail('--eval-exclude-titles: expected every title in --eval-file', missing=absent,
+             eval_file=config.eval_file)
+    examples = [e for e in examples if e.title not in set(left_out)]
     if not config.version_2_with_negative:
         answerable = [e for e in examples if e.answers]
         if len(answerable) < len(examples):

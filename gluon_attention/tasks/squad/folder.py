@@ -14,7 +14,8 @@
   (``evaluate`` refuses them; a folder written before a record has none).
 
 The encoder is read with ``BertEncoder.from_pretrained(folder)``; :func:`load_qa_model` puts the
-saved head on it.
+saved head on it (:func:`load_head`; ``train --model-dir`` on such a folder starts from its heads
+too, unless ``--init-heads new``).
 
 The folder is written under a temporary name and renamed into place: a killed save leaves the
 previous folder (or none), never a half-written one.
@@ -34,7 +35,8 @@ from .config import TrainConfig
 from .data import default_model_folder
 
 __all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'check_model_folder', 'model_folder',
-           'save_model_folder', 'read_qa_config', 'recorded_training', 'load_qa_model']
+           'save_model_folder', 'read_qa_config', 'recorded_training', 'load_qa_model', 'has_head',
+           'load_head']
 
 QA_CONFIG = 'qa_config.json'
 HEAD_FILE = 'qa_head.safetensors'
@@ -168,12 +170,32 @@ def load_qa_model(folder, backbone, contexts):
     ValueError
         A head tensor missing, unexpected or of the wrong shape.
     """
-    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     qa_config = read_qa_config(folder)
     model = ModelForQAConditional(backbone, units=qa_config['head_units'],
                                   dropout=qa_config['head_dropout'])
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
         head.initialize(mx.init.Zero(), ctx=contexts)
+    load_head(model, folder)
+    model.hybridize(static_alloc=True)
+    return model, qa_config
+
+
+def has_head(folder):
+    """True when ``folder`` (a path or None) holds ``qa_head.safetensors``: a model folder saved
+    by :func:`save_model_folder`, whose heads ``train --init-heads auto`` starts from."""
+    return bool(folder) and os.path.isfile(os.path.join(folder, HEAD_FILE))
+
+
+def load_head(model, folder):
+    """Set the QA head parameters of ``model`` (initialized, not yet hybridized) from
+    ``<folder>/qa_head.safetensors``.
+
+    Raises
+    ------
+    ValueError
+        A head tensor missing, unexpected or of the wrong shape.
+    """
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     tensors, params = load_file(os.path.join(folder, HEAD_FILE)), _head_params(model)
     if set(tensors) != set(params):
         fail('{} must hold exactly the QA head tensors {}'.format(HEAD_FILE, sorted(params)),
@@ -185,5 +207,3 @@ def load_qa_model(folder, backbone, contexts):
             fail('{} tensor {} must have shape {} (-1: any)'.format(HEAD_FILE, name, param.shape),
                  **{name + '.shape': value.shape})
         param.set_data(mx.np.array(value))
-    model.hybridize(static_alloc=True)
-    return model, qa_config

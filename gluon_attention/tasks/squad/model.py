@@ -3,17 +3,28 @@ pretrained encoder under new QA heads, its lowest layers optionally frozen.
 
 The saved model folder that ``evaluate`` and ``predict`` load is :mod:`.folder`.
 """
+import os
+
 import mxnet as mx
 
 from ...models.encoder import BertEncoder
 from ...models.qa import ModelForQAConditional
 from .data import check_freeze_layers
+from .folder import HEAD_FILE, has_head, load_head
 
 __all__ = ['build_model', 'freeze_lowest_layers']
 
 
 def build_model(model_dir, config, contexts):
-    """The pretrained encoder of ``model_dir`` (None: the embedded one) under new QA heads."""
+    """The pretrained encoder of ``model_dir`` (None: the embedded one) under QA heads: those of
+    ``model_dir`` when it is a model folder saved by train and ``config.init_heads`` is
+    ``'auto'`` (said on stdout), else new ones (normal, standard deviation 0.02).
+
+    Raises
+    ------
+    ValueError
+        A saved head tensor missing, unexpected or of the wrong shape.
+    """
     # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
     backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
                                            attention_dropout=config.attention_dropout)
@@ -21,6 +32,9 @@ def build_model(model_dir, config, contexts):
                                   dropout=config.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
         head.initialize(mx.init.Normal(0.02), ctx=contexts)
+    if getattr(config, 'init_heads', 'new') == 'auto' and has_head(model_dir):
+        load_head(model, model_dir)
+        print('QA heads: from {}'.format(os.path.join(model_dir, HEAD_FILE)))
     backbone.collect_params().reset_ctx(contexts)
     if config.freeze_word_embeddings:
         backbone.word_embed.weight.grad_req = 'null'
