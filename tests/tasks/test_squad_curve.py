@@ -109,6 +109,28 @@ def test_a_second_curve_keeps_the_rows_already_scored_and_scores_the_rest(curve_
     assert (run / 'curve.csv').read_text().splitlines()[1].endswith(',{}'.format(os.cpu_count()))
 
 
+def test_every_and_max_eval_examples_score_fewer_checkpoints_on_fewer_questions(curve_run,
+                                                                              tmp_path):
+    """--every 2 scores steps 2 and 3 (the last); --max-eval-examples 5 scores the first 5
+    evaluation questions into curve-first5.csv, leaving curve.csv as it was."""
+    run = tmp_path / 'run'
+    shutil.copytree(curve_run['run'], run, ignore=shutil.ignore_patterns('curve.png'))
+    before = (run / 'curve.csv').read_text()
+    config = CurveConfig(output_dir=str(run), threads=1, progress=False, plot=False, every=2,
+                         max_eval_examples=5)
+    job = squad_curve.prepare_curve(config)
+    assert len(job.eval_set.examples) == 5 and job.run.max_eval_examples == 5
+    assert len(curve_run['index']) == 3
+    assert squad_curve.run_curve(config, job) == 0
+    rows = squad_curve.read_curve(run / 'curve-first5.csv')
+    assert [row['step'] for row in rows] == [2, 3]
+    assert (run / 'curve.csv').read_text() == before
+    whole = {row['step']: row for row in curve_run['rows']}
+    for row in rows:            # same checkpoint, same threshold; other questions scored
+        assert row['threshold'] == pytest.approx(whole[row['step']]['threshold'], abs=1e-4)
+        assert row['train_seconds'] == whole[row['step']]['train_seconds']
+
+
 def test_curve_refuses_a_folder_without_run_config_or_checkpoints(curve_run, tmp_path):
     with pytest.raises(ValueError, match='run_config.json'):
         squad_curve.prepare_curve(CurveConfig(output_dir=str(tmp_path)))

@@ -272,6 +272,10 @@ class CurveConfig:
                              'the held-out and the evaluation questions; its checkpoints/ are '
                              'scored; curve.csv and curve.png are written there')
     eval_batch_size: int = option(32, 'features per inference batch')
+    every: int = option(0, 'score the checkpoints whose step is a multiple of N, and the last '
+                        '(0: every kept checkpoint)')
+    max_eval_examples: int = option(0, "score on the first N of the run's evaluation questions, "
+                                    'into curve-first<N>.csv and .png (0: as the run evaluated)')
     ctx: str = option('cpu', "the device to score on, e.g. cpu, gpu(0)")
     threads: int = option(0, 'OpenMP threads (0: every core); set before MXNet starts')
     progress: bool = option(True, 'show progress bars')
@@ -281,7 +285,7 @@ class CurveConfig:
 _POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'grad_accum_steps', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
              'max_answer_length', 'start_top_n', 'end_top_n')
-_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints',
+_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints', 'every',
            'log_every')
 _FINITE = ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight', 'head_lr_mult')
 _FRACTIONS = ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio')

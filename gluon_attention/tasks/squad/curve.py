@@ -29,7 +29,7 @@ from .evaluation import EvalSet, calibrate_threshold, contexts_of, evaluate, inf
 from .folder import model_folder
 from .model import build_model
 
-__all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'CurveJob', 'prepare_curve',
+__all__ = ['CURVE_COLUMNS', 'PLOTS_EXTRA', 'run_of', 'curve_name', 'CurveJob', 'prepare_curve',
            'score_checkpoint', 'write_curve', 'read_curve', 'draw_curve', 'run_curve']
 
 #: The columns of ``curve.csv``: the step and training seconds of the checkpoint (seconds empty
@@ -64,7 +64,14 @@ def run_of(config):
     run = read_run_config(config.output_dir, TrainConfig)
     return dataclasses.replace(run, output_dir=config.output_dir, ctx=config.ctx,
                                threads=config.threads, progress=config.progress,
-                               eval_batch_size=config.eval_batch_size)
+                               eval_batch_size=config.eval_batch_size,
+                               max_eval_examples=config.max_eval_examples or run.max_eval_examples)
+
+
+def curve_name(config):
+    """The file stem of the curve: ``curve``, or ``curve-first<N>`` with ``--max-eval-examples
+    N`` (so that rows scored on other questions are never mixed)."""
+    return 'curve-first{}'.format(config.max_eval_examples) if config.max_eval_examples else 'curve'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,12 +111,15 @@ def prepare_curve(config):
     Raises
     ------
     ValueError
-        As :func:`run_of`; ``checkpoints/`` missing or without an intact checkpoint; a bad
+        As :func:`run_of`; ``checkpoints/`` missing or without an intact checkpoint (of a step
+        that is a multiple of ``--every``, or the last); a bad
         ``--ctx``; the run's pretrained ``--model-dir`` no longer a model folder.
     """
     run = run_of(config)
     folder = os.path.join(config.output_dir, 'checkpoints')
     entries = CheckpointManager(folder).entries() if os.path.isdir(folder) else []
+    if config.every:
+        entries = [e for e in entries if e['step'] % config.every == 0 or e is entries[-1]]
     if not entries:
         fail('--output-dir must hold intact checkpoints in checkpoints/ (train with '
              '--keep-checkpoints 0 to keep every one)', output_dir=config.output_dir)
@@ -261,7 +271,8 @@ def run_curve(config, job):
     Returns the exit status."""
     run = job.run
     model = build_model(run.model_dir, run, job.contexts)
-    path, rows = os.path.join(config.output_dir, 'curve.csv'), []
+    stem = os.path.join(config.output_dir, curve_name(config))
+    path, rows = stem + '.csv', []
     scored = _scored_rows(path)
     for entry in job.entries:
         seconds = _cell('train_seconds', entry['meta'].get('train_seconds'))
@@ -276,7 +287,7 @@ def run_curve(config, job):
         len(rows), len(rows) - kept, kept, path))
     if config.plot:
         title = 'learning curve of {}'.format(os.path.basename(os.path.abspath(config.output_dir)))
-        drawn = draw_curve(read_curve(path), os.path.join(config.output_dir, 'curve.png'), title,
+        drawn = draw_curve(read_curve(path), stem + '.png', title,
                            read_train_log(os.path.join(config.output_dir, TRAIN_LOG)))
         if drawn:
             print('drawn: {}'.format(drawn))
