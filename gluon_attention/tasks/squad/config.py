@@ -285,8 +285,8 @@ class CurveConfig:
 _POSITIVE = ('max_seq_length', 'eval_max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'grad_accum_steps', 'eval_batch_size', 'checkpoint_every', 'n_best_size',
              'max_answer_length', 'start_top_n', 'end_top_n')
-_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads', 'keep_checkpoints', 'every',
-           'log_every')
+_COUNTS = ('max_steps', 'freeze_layers', 'max_train_features', 'max_eval_examples', 'threads',
+           'keep_checkpoints', 'every', 'log_every')
 _FINITE = ('lr', 'epochs', 'weight_decay', 'max_grad_norm', 'answerable_weight', 'head_lr_mult')
 _FRACTIONS = ('warmup_ratio', 'impossible_ratio', 'no_answer_chunk_ratio')
 _DROPOUTS = ('dropout', 'attention_dropout', 'classifier_dropout')

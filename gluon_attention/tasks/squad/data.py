@@ -283,12 +283,12 @@ def load_eval_examples(config):
     (ValueError naming a title the file does not hold), the first ``max_eval_examples``; with
     ``version_2_with_negative`` 0, its answerable questions only (ValueError when none)."""
     examples = squad.read_squad(data_path(config.eval_file, config.data_dir))
-    left_out = titles(getattr(config, 'eval_exclude_titles', '') or '')
-    absent = sorted(set(left_out) - {e.title for e in examples})
+    left_out = set(titles(config.eval_exclude_titles))
+    absent = sorted(left_out - {e.title for e in examples})
     if absent:
         fail('--eval-exclude-titles: expected every title in --eval-file', missing=absent,
              eval_file=config.eval_file)
-    examples = [e for e in examples if e.title not in set(left_out)]
+    examples = [e for e in examples if e.title not in left_out]
     if not config.version_2_with_negative:
         answerable = [e for e in examples if e.answers]
         if len(answerable) < len(examples):

@@ -32,7 +32,7 @@ def build_model(model_dir, config, contexts):
                                   dropout=config.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
         head.initialize(mx.init.Normal(0.02), ctx=contexts)
-    if getattr(config, 'init_heads', 'new') == 'auto' and has_head(model_dir):
+    if config.init_heads == 'auto' and has_head(model_dir):
         load_head(model, model_dir)
         print('QA heads: from {}'.format(os.path.join(model_dir, HEAD_FILE)))
     backbone.collect_params().reset_ctx(contexts)
