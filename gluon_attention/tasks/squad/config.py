@@ -192,7 +192,7 @@ class TrainConfig(EvalFileOptions):
     train_file: str = recipe_option('cs224n-16articles', 'SQuAD json to train on (a path, or a '
                                     'named file of the data folder: cs224n-16articles, '
                                     'v1.1-24articles, v1.1-train, v2.0-train-10articles, ...)')
-    extra_train_file: str = recipe_option('v1.1-24articles', 'more training data: comma-separated '
+    extra_train_file: str = recipe_option('v2.0-dev', 'more training data: comma-separated '
                                           "files or named files ('' for none)")
     exclude_titles: str = recipe_option(EVAL_TITLES, 'comma-separated article titles left out '
                                         'of training (the evaluation articles); each must be in '
@@ -222,7 +222,7 @@ class TrainConfig(EvalFileOptions):
     lr: float = recipe_option(2e-4, 'peak learning rate (AdamW)')
     epochs: float = recipe_option(1.0, 'passes over the training features; used only when '
                                   '--max-steps is 0')
-    max_steps: int = recipe_option(520, 'training steps; > 0 wins over --epochs, 0: the steps '
+    max_steps: int = recipe_option(900, 'training steps; > 0 wins over --epochs, 0: the steps '
                                    'of --epochs passes')
     max_train_features: int = recipe_option(0, 'train on the first N kept features (0: all)')
     warmup_ratio: float = recipe_option(0.1, 'fraction of the steps with linear warm-up')
