@@ -56,6 +56,9 @@ def build_parser():
                       help='save a checkpoint every N steps (0: after the last only); a killed '
                            'run resumes from it')
     ours.add_argument('--progress', action=argparse.BooleanOptionalAction, default=False)
+    ours.add_argument('--matmul-dtype', choices=('float32', 'bfloat16'), default='float32',
+                      help="dtype of the encoder's dense products in the training steps "
+                           '(bfloat16: CPU, oneDNN; the dev features are predicted in float32)')
     theirs = commands.add_parser('theirs', help='train and predict the PyTorch side',
                                  allow_abbrev=False)
     _run_flags(theirs)

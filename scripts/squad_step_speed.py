@@ -23,6 +23,9 @@ def parse_args(argv=None):
     p.add_argument('--impl', choices=('ours', 'ours-composed', 'torch'), required=True,
                    help="ours: BertEncoder with its default fused attention kernel; "
                         "ours-composed: the composed MXNet operators instead")
+    p.add_argument('--matmul-dtype', choices=('float32', 'bfloat16'), default='float32',
+                   help="ours: the dtype of the encoder's dense products "
+                        '(gluon_attention.core.matmul; bfloat16 on CPUs with oneDNN)')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--seq-length', type=int, default=128)
     p.add_argument('--steps', type=int, default=8)
@@ -50,7 +53,7 @@ def _ours(args, ids, spans):
     from gluon_attention.tasks.engine.distributed import DataParallel
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
-        args.model_dir, attention_dropout=0.0,
+        args.model_dir, attention_dropout=0.0, matmul_dtype=args.matmul_dtype,
         fused_attention='auto' if args.impl == 'ours' else False))
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
         head.initialize(mx.init.Normal(0.02))
@@ -118,7 +121,7 @@ def main(argv=None):
         step()
         times.append(time.perf_counter() - begin)
     median = sorted(times)[len(times) // 2]
-    print(json.dumps({'impl': args.impl, 'threads': threads, 'batch_size': args.batch_size,
+    print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads, 'batch_size': args.batch_size,
                       'seq_length': args.seq_length, 'median_step_seconds': round(median, 3),
                       'features_per_second': round(args.batch_size / median, 2)}))
     return 0

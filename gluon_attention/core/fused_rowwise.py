@@ -26,6 +26,7 @@ from mxnet.gluon import nn
 from .. import _checks
 from . import fused as _fused
 from ._ops import get_F
+from .matmul import MatmulChoice, fully_connected
 
 __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
            'BIAS_GELU_OP']
@@ -201,7 +202,7 @@ class ResidualLayerNorm(_FusedChoice, nn.LayerNorm):
         return F.npx.layer_norm(summed, gamma=gamma, beta=beta, axis=-1, eps=self._epsilon)
 
 
-class DenseGELU(_FusedChoice, nn.Dense):
+class DenseGELU(MatmulChoice, _FusedChoice, nn.Dense):
     """``nn.Dense(units, flatten=False)`` followed by the erf GELU; when ``fused`` the product
     runs without its bias and :func:`bias_gelu` adds it in the activation's pass.
 
@@ -210,28 +211,30 @@ class DenseGELU(_FusedChoice, nn.Dense):
     units : int
     in_units : int
     fused : bool
+    matmul_dtype : 'float32' or 'bfloat16'
+        The product's dtype (:func:`~gluon_attention.core.matmul.fully_connected`); the GELU
+        runs in float32.
     weight_initializer
         As ``nn.Dense``.
 
-    Inputs: x float32 (..., in_units). Returns (..., units); ValueError when ``fused`` and called
-    on arrays off the CPU. The parameters are ``weight``
+    Inputs: x float32 (..., in_units). Returns (..., units); ValueError when ``fused`` or
+    ``matmul_dtype='bfloat16'`` and called on arrays off the CPU. The parameters are ``weight``
     (units, in_units) and ``bias`` (units,), named as ``nn.Dense``'s.
     """
 
-    def __init__(self, units, in_units=0, fused=False, weight_initializer=None, prefix=None,
-                 params=None):
+    def __init__(self, units, in_units=0, fused=False, weight_initializer=None,
+                 matmul_dtype='float32', prefix=None, params=None):
         super().__init__(units, flatten=False, in_units=in_units,
                          weight_initializer=weight_initializer, prefix=prefix, params=params)
         self._choose(fused)
+        self._choose_matmul(matmul_dtype)
 
     def _alias(self):
         return 'dense'          # nn.Dense's parameter names
 
     def hybrid_forward(self, F, x, weight, bias=None):  # pylint: disable=arguments-differ
         if self._fused:
-            out = F.npx.fully_connected(x, weight, no_bias=True, num_hidden=self._units,
-                                        flatten=False)
-            return bias_gelu(out, bias)
-        out = F.npx.fully_connected(x, weight, bias, num_hidden=self._units, flatten=False)
+            return bias_gelu(fully_connected(x, weight, None, self._units, self._matmul_dtype),
+                             bias)
+        out = fully_connected(x, weight, bias, self._units, self._matmul_dtype)
         return F.npx.leaky_relu(out, act_type='gelu')
-

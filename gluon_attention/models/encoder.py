@@ -28,6 +28,7 @@ from ..core import fused as _fused
 from ..core.base import CheckedBlock, Float32OnCPU
 from ..core.cells import MultiHeadAttentionCell
 from ..core.fused_rowwise import DenseGELU, ResidualLayerNorm
+from ..core.matmul import Dense, check_matmul_dtype
 from .checkpoint import load_bert_tensors, read_checkpoint
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder']
@@ -108,6 +109,22 @@ def _check_sequence(data, units, valid_length, mask=None):
     _checks.check_memory_lengths(valid_length, batch, length, length)
 
 
+def _first_layer(block):
+    return block if isinstance(block, TransformerEncoderLayer) else block.layers[0]
+
+
+def _check_matmul_call(block, data, dense):
+    """bfloat16 products: CPU arrays, float32 parameters."""
+    if dense.matmul_dtype == 'float32':
+        return
+    if data.ctx.device_type != 'cpu':
+        _checks.fail("{} with matmul_dtype='bfloat16' runs on CPUs only; use 'float32' for "
+                     'arrays on other devices'.format(block), **{'data.ctx': data.ctx})
+    if onp.dtype(dense.weight.dtype) != onp.float32:
+        _checks.fail_type("{} with matmul_dtype='bfloat16' keeps float32 parameters".format(
+            block), **{'parameter dtype': onp.dtype(dense.weight.dtype).name})
+
+
 class _KernelChoice:
     """``fused_attention`` and ``fused_rowwise`` of an encoder block, fixed when it is built
     (``self._fused``), and the checks of a call ``(data, valid_length, mask)``."""
@@ -122,11 +139,18 @@ class _KernelChoice:
         """Whether residual + LayerNorm and bias + GELU run the fused operators (fixed)."""
         return self._fused[1]
 
+    @property
+    def matmul_dtype(self):
+        """The dtype of the dense products, 'float32' or 'bfloat16' (see
+        :mod:`gluon_attention.core.matmul`; changed with ``set_matmul_dtype``)."""
+        return _first_layer(self).attn_query.matmul_dtype
+
     def _check_call(self, data, valid_length, mask, ranks, layer):
         """``layer``: the (first) TransformerEncoderLayer, whose parameters ``data`` meets."""
         _check_lengths_argument(type(self).__name__, _DATA_CALL, valid_length, ranks)
         _check_fused_call(type(self).__name__, data, mask, *self._fused,
                           weight=layer.attn_query.weight)
+        _check_matmul_call(type(self).__name__, data, layer.attn_query)
         _check_sequence(data, layer._units, valid_length, mask)
         dtype, got = onp.dtype(layer.attn_query.weight.dtype), onp.dtype(data.dtype)
         if got != dtype and not (got == onp.float16 and dtype == onp.float32
@@ -170,6 +194,10 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
     fused_rowwise : bool or 'auto'
         Run each residual sum + LayerNorm, and ``ffn_1``'s bias + GELU, as one fused operator
         each (:mod:`gluon_attention.core.fused_rowwise`: CPU, float32); the same parameters.
+    matmul_dtype : {'float32', 'bfloat16'}
+        The dtype of the six dense products (operands and results rounded to bfloat16, float32
+        accumulation and parameters: :mod:`gluon_attention.core.matmul`; CPU only). Everything
+        else runs in float32. Default 'float32'.
 
     Inputs (positional, the order of every encoder block: data, valid_length, mask)
     ------
@@ -200,7 +228,7 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
                  layer_norm_eps=1e-12, activation='gelu', fused_attention=False,
-                 fused_rowwise=False, prefix=None, params=None):
+                 fused_rowwise=False, matmul_dtype='float32', prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         units = _checks.check_positive_int('units', units)
         hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
@@ -213,10 +241,11 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         fused_attention = _fused.resolve(fused_attention, attention_dropout)
         fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
         self._fused = (fused_attention, fused_rowwise)
+        matmul_dtype = check_matmul_dtype(matmul_dtype)
 
         def dense(out_units, in_units):
-            return nn.Dense(out_units, flatten=False, in_units=in_units,
-                            weight_initializer=_weight_init())
+            return Dense(out_units, in_units=in_units, matmul_dtype=matmul_dtype,
+                         weight_initializer=_weight_init())
 
         self._units = units
         with self.name_scope():
@@ -230,7 +259,7 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
             self.attn_dropout = nn.Dropout(dropout)
             self.attn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
             self.ffn_1 = (DenseGELU(hidden_size, units, fused=fused_rowwise,
-                                    weight_initializer=_weight_init())
+                                    weight_initializer=_weight_init(), matmul_dtype=matmul_dtype)
                           if self._activation == 'gelu' else dense(hidden_size, units))
             self.ffn_2 = dense(units, hidden_size)
             self.ffn_dropout = nn.Dropout(dropout)
@@ -272,6 +301,8 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
         Residual + LayerNorm and bias + GELU as fused operators (see
         :class:`TransformerEncoderLayer`). 'auto': when the kernel library is built and the
         current context is a CPU; resolved once, here.
+    matmul_dtype : {'float32', 'bfloat16'}
+        As in :class:`TransformerEncoderLayer`, for every layer.
 
     Inputs (positional: data, valid_length, mask)
     ------
@@ -301,7 +332,8 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
                  attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
-                 fused_attention='auto', fused_rowwise='auto', prefix=None, params=None):
+                 fused_attention='auto', fused_rowwise='auto', matmul_dtype='float32',
+                 prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         num_layers = _checks.check_positive_int('num_layers', num_layers)
         fused_attention = _fused.resolve(fused_attention, attention_dropout)
@@ -314,7 +346,7 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
                     units, hidden_size, num_heads, dropout=dropout,
                     attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
                     activation=activation, fused_attention=fused_attention,
-                    fused_rowwise=fused_rowwise))
+                    fused_rowwise=fused_rowwise, matmul_dtype=matmul_dtype))
 
     def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require_lengths(type(self).__name__, _DATA_CALL, valid_length)
@@ -373,6 +405,10 @@ class BertEncoder(CheckedBlock):
         once, here (:meth:`from_pretrained` resolves it for its ``ctx``).
     fused_rowwise : bool or 'auto'
         As in :class:`TransformerEncoder` (also for the embeddings' LayerNorm).
+    matmul_dtype : {'float32', 'bfloat16'}
+        As in :class:`TransformerEncoderLayer`: 'bfloat16' runs the layers' dense products in
+        bfloat16 (a faster fine-tuning step on CPUs with AVX512-BF16); the embeddings,
+        LayerNorms, attention and parameters stay float32. Not part of ``config``.
 
     Inputs (positional: token_ids, token_types, valid_length, mask)
     ---------------------------------------------------------------
@@ -411,8 +447,8 @@ class BertEncoder(CheckedBlock):
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
                  max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, fused_attention='auto', fused_rowwise='auto', prefix=None,
-                 params=None):
+                 layer_norm_eps=1e-12, fused_attention='auto', fused_rowwise='auto',
+                 matmul_dtype='float32', prefix=None, params=None):
         super().__init__(prefix=prefix, params=params)
         vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
         units = _checks.check_positive_int('units', units)
@@ -434,7 +470,8 @@ class BertEncoder(CheckedBlock):
             self.encoder = TransformerEncoder(
                 num_layers, units, hidden_size, num_heads, dropout=dropout,
                 attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                fused_attention=fused_attention, fused_rowwise=fused_rowwise)
+                fused_attention=fused_attention, fused_rowwise=fused_rowwise,
+                matmul_dtype=matmul_dtype)
 
     def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
         if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
@@ -451,11 +488,17 @@ class BertEncoder(CheckedBlock):
         """Whether the LayerNorms and GELUs run the fused operators (fixed at construction)."""
         return self.encoder.fused_rowwise
 
+    @property
+    def matmul_dtype(self):
+        """The dtype of the layers' dense products ('float32' or 'bfloat16')."""
+        return self.encoder.matmul_dtype
+
     def check_inputs(self, token_ids, token_types=None, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require_lengths(type(self).__name__, _BERT_CALL, valid_length)
         _check_lengths_argument(type(self).__name__, _BERT_CALL, valid_length, (1,))
         _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
                           self.fused_rowwise, self.word_embed.weight)
+        _check_matmul_call(type(self).__name__, token_ids, self.encoder.layers[0].attn_query)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:
@@ -497,7 +540,8 @@ class BertEncoder(CheckedBlock):
         **overrides
             ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
             recipes often change them; the weights are unaffected), ``fused_attention`` and
-            ``fused_rowwise`` (default 'auto', resolved for ``ctx``).
+            ``fused_rowwise`` (default 'auto', resolved for ``ctx``), ``matmul_dtype``
+            (default 'float32').
 
         Returns
         -------
@@ -526,10 +570,11 @@ class BertEncoder(CheckedBlock):
                               'or None', ctx=ctx)
         config, tensors, source = read_checkpoint(path)
         unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention',
-                                    'fused_rowwise'}
+                                    'fused_rowwise', 'matmul_dtype'}
         if unknown:
             _checks.fail('from_pretrained overrides only dropout, attention_dropout, '
-                         'fused_attention and fused_rowwise', overrides=sorted(unknown))
+                         'fused_attention, fused_rowwise and matmul_dtype',
+                         overrides=sorted(unknown))
         config.update(overrides)
         config['fused_attention'] = _fused.resolve(config.get('fused_attention', 'auto'),
                                                    config['attention_dropout'], ctx)

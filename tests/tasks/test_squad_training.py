@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
+from gluon_attention.core.matmul import bfloat16_problem, set_matmul_dtype
 from gluon_attention.data import squad
 from gluon_attention.tasks.squad.config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
 from gluon_attention.tasks.squad.data import (data_path, heldout_examples, load_training_features,
@@ -149,3 +150,32 @@ def test_unknown_data_set_name_lists_the_known_names():
     assert message.endswith(". Received: path='haystack-smal'") and '\n' not in message
     assert all(name in message for name in squad.SQUAD_FILES)
     assert data_path('haystack-small') == str(squad.default_data_path('haystack-small'))
+
+
+@pytest.mark.skipif(bfloat16_problem() is not None,
+                    reason='no bfloat16 products here: {}'.format(bfloat16_problem()))
+def test_bfloat16_training_steps_follow_float32_and_evaluation_returns_to_float32(tmp_path):
+    model_dir = make_tiny_bert(tmp_path / 'bert')
+    base = TrainConfig(model_dir=model_dir, train_file=make_train_file(tmp_path / 'train.json'),
+                       extra_train_file='', exclude_titles='', threshold_titles='Huguenot',
+                       max_seq_length=64, doc_stride=24, max_query_length=16, max_steps=2,
+                       dropout=0.0, classifier_dropout=0.0, progress=False, lr=1e-3,
+                       max_train_features=16, batch_size=8)
+    features = load_training_features(base, squad.load_tokenizer(model_dir))[0]
+    runs = {}
+    for dtype in ('float32', 'bfloat16'):
+        config = dataclasses.replace(base, matmul_dtype=dtype, output_dir=str(tmp_path / dtype))
+        mx.random.seed(3)
+        model = build_model(config.model_dir, config, [mx.cpu()], config.matmul_dtype)
+        assert model.backbone.matmul_dtype == dtype
+        params = model._collect_params_with_prefix()  # pylint: disable=protected-access
+        before = {n: p.data().asnumpy() for n, p in params.items()     # heads: deferred
+                  if p.grad_req != 'null' and n.startswith('backbone.')}
+        train(model, features, config, [mx.cpu()])
+        runs[dtype] = onp.concatenate([(p.data().asnumpy() - before[n]).ravel()
+                                       for n, p in params.items() if n in before])
+    low, full = runs['bfloat16'], runs['float32']
+    assert not onp.array_equal(low, full)            # the products did run in bfloat16
+    assert onp.corrcoef(low, full)[0, 1] > 0.95      # and the updates follow float32's
+    assert set_matmul_dtype(model, 'float32') == 6   # one layer: q, k, v, proj, ffn_1, ffn_2
+    assert model.backbone.matmul_dtype == 'float32'

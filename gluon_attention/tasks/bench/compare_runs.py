@@ -29,6 +29,8 @@ import mxnet as mx
 import numpy as onp
 
 from ..._checks import fail
+from ...core import fused
+from ...core.matmul import require_matmul_dtype, set_matmul_dtype
 from ...data import squad
 from ..engine.checkpoints import sha256_file
 from ..engine.common import atomic_write_json
@@ -57,6 +59,7 @@ class RunConfig:
     threads: int = 1
     checkpoint_every: int = 0
     progress: bool = False
+    matmul_dtype: str = 'float32'
     peer_python: str = '.venv-peer/bin/python'
     peer_script: str = 'scripts/compare_transformers_peer.py'
 
@@ -147,7 +150,7 @@ def _train_config(meta, run):
         eval_max_seq_length=options['eval_max_seq_length'], seed=run.seed,
         max_steps=run.steps, batch_size=run.batch, checkpoint_every=run.checkpoint_every
         or run.steps, keep_checkpoints=1, progress=run.progress, data_dir=options['data_dir'],
-        threads=run.threads, **meta['recipes'][run.recipe])
+        threads=run.threads, matmul_dtype=run.matmul_dtype, **meta['recipes'][run.recipe])
     check_config(config)
     return config
 
@@ -171,16 +174,18 @@ def run_ours(run):
     check_resumable(config)
     mx.random.seed(run.seed)
     contexts = [mx.cpu()]
-    model = build_model(config.model_dir, config, contexts)
+    print(require_matmul_dtype(config.matmul_dtype, contexts, fused.cpu_features()))
+    model = build_model(config.model_dir, config, contexts, config.matmul_dtype)
     load_before = load_average()
     result = train(model, rows, config, contexts)
+    set_matmul_dtype(model, 'float32')      # the dev features are predicted in float32
     started = time.time()
     _, outputs = infer(model, data['dev'], config, contexts[0])
     dev_seconds = time.time() - started
     onp.savez(os.path.join(run.output_dir, 'dev_outputs.npz'),
               **{key: onp.stack([o[i] for o in outputs]) for i, key in enumerate(OUR_OUTPUTS)})
     return _record(run, meta, batches, dict(
-        side='ours', framework='mxnet {}'.format(mx.__version__),
+        side='ours', framework='mxnet {}'.format(mx.__version__), matmul_dtype=run.matmul_dtype,
         train_seconds=round(result.seconds, 1), dev_seconds=round(dev_seconds, 1),
         dev_features=len(outputs), batch_digest=batch_digest(rows, batches),
         load_average_start=load_before, load_average_end=load_average()))

@@ -172,23 +172,25 @@ class DataParallel:
                 for param in self.params:
                     param.data(ctx)._fresh_grad = True  # pylint: disable=protected-access
         self.trainer.allreduce_grads()
-        limit = max_grad_norm * batch_size if max_grad_norm else float('inf')
-        norms = [gluon.utils.clip_global_norm([p.grad(ctx).as_nd_ndarray() for p in self.params],
-                                              limit, check_isfinite=False)
-                 for ctx in self.contexts]     # every device holds the same sum
-        norm = float(norms[0].asscalar()) / batch_size
+        grads = [p.grad(self.contexts[0]).as_nd_ndarray() for p in self.params]
+        squares = mx.nd.multi_sum_sq(*grads, num_arrays=len(grads))    # every device: one sum
+        summed_norm = float(mx.nd.sqrt(squares.sum()).asscalar())
+        norm = summed_norm / batch_size
         if math.isfinite(norm):
+            # gluon.utils.clip_global_norm's factor, applied by the update's gradient rescaling
+            # (rescale_grad = factor / batch_size) instead of a pass over every gradient
+            limit = max_grad_norm * batch_size if max_grad_norm else math.inf
+            factor = min(1.0, limit / (summed_norm + 1e-8))
             self.trainer.set_learning_rate(lr)
-            self.trainer.update(batch_size)
+            self.trainer.update(batch_size / factor)
         else:
             warnings.warn('gradient norm is {}: update skipped'.format(norm))
         self._zero_grads()
         return norm
 
     def _zero_grads(self):
-        for param in self.params:     # Parameter.zero_grad fails on mx.np arrays in 1.9.1
-            for grad in param.list_grad():
-                grad[:] = 0
+        grads = [grad.as_nd_ndarray() for param in self.params for grad in param.list_grad()]
+        mx.nd.reset_arrays(*grads, num_arrays=len(grads))   # one operator for all of them
         self._fed.clear()
 
     def state_dict(self):

@@ -250,6 +250,11 @@ class TrainConfig(EvalFileOptions):
     attention_dropout: float = recipe_option(
         0.0, 'encoder attention dropout (0 skips the (B, K, T, T) dropout and allows the fused '
              'attention kernel)')
+    matmul_dtype: str = recipe_option(
+        'float32', "dtype of the encoder's dense products in the training steps; 'bfloat16' "
+                   '(CPU, oneDNN; fast with AVX512-BF16) keeps float32 parameters and '
+                   'accumulation, and the threshold, evaluation and export run float32',
+        choices=('float32', 'bfloat16'))
     seed: int = recipe_option(7, 'seed of the data selection, the shuffles and every step')
     checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
     keep_checkpoints: int = option(2, 'checkpoints kept on disk, the newest (0: every one, for '

@@ -15,10 +15,12 @@ from .folder import HEAD_FILE, has_head, load_head
 __all__ = ['build_model', 'freeze_lowest_layers']
 
 
-def build_model(model_dir, config, contexts):
+def build_model(model_dir, config, contexts, matmul_dtype='float32'):
     """The pretrained encoder of ``model_dir`` (None: the embedded one) under QA heads: those of
     ``model_dir`` when it is a model folder saved by train and ``config.init_heads`` is
-    ``'auto'`` (said on stdout), else new ones (normal, standard deviation 0.02).
+    ``'auto'`` (said on stdout), else new ones (normal, standard deviation 0.02). The encoder's
+    dense products run in ``matmul_dtype`` (train passes ``config.matmul_dtype``; scoring
+    checkpoints keeps float32).
 
     Raises
     ------
@@ -27,7 +29,8 @@ def build_model(model_dir, config, contexts):
     """
     # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
     backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
-                                           attention_dropout=config.attention_dropout)
+                                           attention_dropout=config.attention_dropout,
+                                           matmul_dtype=matmul_dtype)
     model = ModelForQAConditional(backbone, units=backbone.config['units'],
                                   dropout=config.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):

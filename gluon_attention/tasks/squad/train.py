@@ -11,6 +11,8 @@ import time
 
 import mxnet as mx
 
+from ...core import fused
+from ...core.matmul import require_matmul_dtype, set_matmul_dtype
 from ...data import squad
 from ..engine.config import write_run_config
 from ..engine.train_log import TRAIN_LOG
@@ -72,6 +74,7 @@ def prepare_train(config):
     (:func:`~gluon_attention.tasks.squad.data.check_no_shared_data`; the articles the starting
     folder records count as training), before any feature is built."""
     contexts, folder = contexts_of(config), model_folder(config)
+    print(require_matmul_dtype(config.matmul_dtype, contexts, fused.cpu_features()))
     check_model_fits(folder, {'max_seq_length': config.max_seq_length,
                              'eval_max_seq_length': config.eval_max_seq_length,
                              'freeze_layers': config.freeze_layers})
@@ -114,10 +117,11 @@ def run_train(config, job):
     """Train (or resume), choose the null threshold, save ``<output-dir>/model``, evaluate,
     write the outputs, export and check the reload (and, with ``--onnx``, ONNX Runtime)."""
     contexts = job.contexts
-    model = build_model(config.model_dir, config, contexts)
+    model = build_model(config.model_dir, config, contexts, config.matmul_dtype)
     result = train(model, job.train_features, config, contexts)
     if not result.is_chief:         # rank 0 of a distributed job evaluates and writes
         return 0
+    set_matmul_dtype(model, 'float32')  # the threshold, evaluation and export: float32
     steps, train_seconds = result.steps, result.seconds
     if config.version_2_with_negative:
         calibration = calibrate_threshold(model, job.heldout_examples, job.tokenizer, config,
