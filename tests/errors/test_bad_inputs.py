@@ -17,6 +17,7 @@ from block_utils import initialized, ints, rand
 import gluon_attention as ga
 from gluon_attention.data import snli, squad
 from gluon_attention.data.squad_decode import best_span, decode_predictions
+from gluon_attention.core.matmul import require_matmul_dtype
 from gluon_attention.export import export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
@@ -338,6 +339,14 @@ BAD = [
      TypeError, ["'cpu'"]),
     ('BertEncoder.from_pretrained-path-int', lambda: BertEncoder.from_pretrained(42), TypeError,
      ['int']),
+    ('BertEncoder-matmul_dtype-float16',
+     lambda: BertEncoder(vocab_size=10, units=8, hidden_size=8, num_layers=1, num_heads=2,
+                         matmul_dtype='float16'), ValueError, ["'float16'", 'bfloat16']),
+    ('BertEncoder.from_pretrained-matmul_dtype-bf16',
+     lambda: BertEncoder.from_pretrained(None, matmul_dtype='bf16'), ValueError, ["'bf16'"]),
+    ('require_matmul_dtype-bfloat16-on-gpu',
+     lambda: require_matmul_dtype('bfloat16', [mx.gpu(0)]), ValueError,
+     ['CPUs only', 'gpu(0)']),
     ('BertEncoder-valid_length-missing',
      lambda: _bert()(ints([[1, 2]]), ints([[0, 0]])), TypeError, ['valid_length=None']),
     ('BertEncoder-token_ids-out-of-range',
