@@ -121,7 +121,8 @@ def main(argv=None):
         step()
         times.append(time.perf_counter() - begin)
     median = sorted(times)[len(times) // 2]
-    print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads, 'batch_size': args.batch_size,
+    print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads,
+                      'batch_size': args.batch_size,
                       'seq_length': args.seq_length, 'median_step_seconds': round(median, 3),
                       'features_per_second': round(args.batch_size / median, 2)}))
     return 0

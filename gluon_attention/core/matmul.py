@@ -20,6 +20,8 @@ oneDNN has no bfloat16 inner product, fail it). :class:`Dense` keeps ``nn.Dense`
 names, so checkpoints load into either choice; :func:`set_matmul_dtype` changes the choice of
 every such block under a model (e.g. float32 to evaluate a model trained in bfloat16).
 """
+import functools
+
 import numpy as onp
 
 import mxnet as mx
@@ -35,7 +37,6 @@ __all__ = ['MATMUL_DTYPES', 'BFLOAT16', 'check_matmul_dtype', 'bfloat16_problem'
 MATMUL_DTYPES = ('float32', 'bfloat16')
 #: MXNet 1.x's bfloat16 (a structured NumPy dtype: NumPy has none).
 BFLOAT16 = onp.dtype([('bfloat16', onp.uint16)])
-_PROBE = {}
 
 
 def check_matmul_dtype(value):
@@ -47,24 +48,22 @@ def _cast(F, x, dtype):
     return F.amp_cast(x.as_nd_ndarray(), dtype=dtype).as_np_ndarray()
 
 
+@functools.lru_cache(maxsize=None)
 def bfloat16_problem():
     """None when bfloat16 products run on this CPU, else why not (a sentence). Probed once per
     process: a (64, 64) x (64, 64) bfloat16 product must raise no error and agree with float32
     within 3e-2 of the largest entry."""
-    if 'problem' not in _PROBE:
-        rng = onp.random.RandomState(0)
-        x, w = (rng.uniform(-1, 1, size=(64, 64)).astype('float32') for _ in range(2))
-        try:
-            out = fully_connected(mx.np.array(x, ctx=mx.cpu()), mx.np.array(w, ctx=mx.cpu()),
-                                  None, 64, 'bfloat16').asnumpy()
-            error = float(abs(out - x @ w.T).max() / abs(x @ w.T).max())
-            problem = None if error < 3e-2 else (
-                'a bfloat16 product differs from float32 by {:.3g} of its largest entry'.format(
-                    error))
-        except mx.base.MXNetError as err:
-            problem = 'MXNet refused a bfloat16 product: {}'.format(str(err).splitlines()[0])
-        _PROBE['problem'] = problem
-    return _PROBE['problem']
+    rng = onp.random.RandomState(0)
+    x, w = (rng.uniform(-1, 1, size=(64, 64)).astype('float32') for _ in range(2))
+    try:
+        out = fully_connected(mx.np.array(x, ctx=mx.cpu()), mx.np.array(w, ctx=mx.cpu()),
+                              None, 64, 'bfloat16').asnumpy()
+    except mx.base.MXNetError as err:
+        return 'MXNet refused a bfloat16 product: {}'.format(str(err).splitlines()[0])
+    error = float(abs(out - x @ w.T).max() / abs(x @ w.T).max())
+    if error < 3e-2:
+        return None
+    return 'a bfloat16 product differs from float32 by {:.3g} of its largest entry'.format(error)
 
 
 def require_matmul_dtype(matmul_dtype, contexts=None, cpu_features=None):

@@ -498,7 +498,7 @@ class BertEncoder(CheckedBlock):
         _check_lengths_argument(type(self).__name__, _BERT_CALL, valid_length, (1,))
         _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
                           self.fused_rowwise, self.word_embed.weight)
-        _check_matmul_call(type(self).__name__, token_ids, self.encoder.layers[0].attn_query)
+        _check_matmul_call(type(self).__name__, token_ids, _first_layer(self.encoder).attn_query)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:

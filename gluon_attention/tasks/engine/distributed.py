@@ -173,7 +173,8 @@ class DataParallel:
                     param.data(ctx)._fresh_grad = True  # pylint: disable=protected-access
         self.trainer.allreduce_grads()
         grads = [p.grad(self.contexts[0]).as_nd_ndarray() for p in self.params]
-        squares = mx.nd.multi_sum_sq(*grads, num_arrays=len(grads))    # every device: one sum
+        # after allreduce every device holds the same sum: the first one gives the norm
+        squares = mx.nd.multi_sum_sq(*grads, num_arrays=len(grads))
         summed_norm = float(mx.nd.sqrt(squares.sum()).asscalar())
         norm = summed_norm / batch_size
         if math.isfinite(norm):

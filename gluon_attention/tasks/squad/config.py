@@ -13,6 +13,7 @@ import os
 from typing import Optional
 
 from ..._checks import fail
+from ...core.matmul import MATMUL_DTYPES
 from ..engine.config import option, recipe_option
 from ..engine.launch import KVSTORES
 
@@ -254,7 +255,7 @@ class TrainConfig(EvalFileOptions):
         'float32', "dtype of the encoder's dense products in the training steps; 'bfloat16' "
                    '(CPU, oneDNN; fast with AVX512-BF16) keeps float32 parameters and '
                    'accumulation, and the threshold, evaluation and export run float32',
-        choices=('float32', 'bfloat16'))
+        choices=MATMUL_DTYPES)
     seed: int = recipe_option(7, 'seed of the data selection, the shuffles and every step')
     checkpoint_every: int = option(50, 'save a checkpoint every N steps (and after the last)')
     keep_checkpoints: int = option(2, 'checkpoints kept on disk, the newest (0: every one, for '
