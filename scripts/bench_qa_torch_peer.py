@@ -3,7 +3,7 @@
 Runs in the interpreter that has torch and transformers (``benchmark.py --torch-python``).
 ``BertModel`` (eval mode, ``torch.inference_mode``) loads the same encoder folder; the head is
 the library's conditional QA head with the weights saved beside the batches (``head/<name>``
-arrays of ``gluon_attention.tasks.bench.qa.head_weights``): start scores, top-5 starts, the end
+arrays of ``jobs.bench.qa.head_weights``): start scores, top-5 starts, the end
 head (dense, tanh, LayerNorm, dense) on [start; token] pairs, top-5 ends, the answerable head on
 the start-weighted pooled vector and [CLS]. Talks JSON lines: each stdin line
 {"batch": i} is answered {"seconds": t} for one timed pass over batch i of the ``.npz``

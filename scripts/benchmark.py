@@ -5,7 +5,7 @@ median time, GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fracti
 machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same
 rounds, and for the long configurations the peak memory of a separate process per
 implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
-``gluon_attention.tasks.bench.models``): throughput, ratio to PyTorch + transformers, ONNX
+``jobs.bench.models``): throughput, ratio to PyTorch + transformers, ONNX
 Runtime and ONNX Runtime on the fused Hugging Face export (float32 and INT8), and for
 ``qa_inference`` the answers kept against our float32 graph and F1 (``--qa-model-dir``);
 ``--modes`` does not apply to them.
@@ -20,6 +20,9 @@ import platform
 import subprocess
 import sys
 import time
+
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MODEL_CONFIGS = ('squad_step', 'qa_inference')
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode') + MODEL_CONFIGS
@@ -116,7 +119,7 @@ def memory_of(impl, config, mode, args, python):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     if impl == 'torch_sdpa':
         cmd = [python, TORCH_WORKER, '--memory', '--threads', str(args.threads)]
-        from gluon_attention.tasks.bench import attention as bench
+        from jobs.bench import attention as bench
         request = {'shape': bench.CONFIGS[config], 'mode': mode,
                    'lengths': bench.valid_lengths(config).tolist()}
         stdin = json.dumps(request) + '\n'
@@ -134,7 +137,7 @@ def memory_of(impl, config, mode, args, python):
 
 def measure(args, torch_peer, python, on_row=None):
     """Rows of the table; ``on_row(rows)`` is called after each configuration and mode."""
-    from gluon_attention.tasks.bench import attention as bench
+    from jobs.bench import attention as bench
     rows = []
     for config in [c for c in args.configs if c not in MODEL_CONFIGS]:
         for mode in args.modes:
@@ -188,7 +191,7 @@ def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir=
     ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
     ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
     ('': the pretrained encoder under random heads)."""
-    from gluon_attention.tasks.bench import models, qa
+    from jobs.bench import models, qa
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
     if config == 'squad_step':
@@ -219,7 +222,7 @@ def versions(args, torch_peer):
 
 
 def markdown(rows, info, limit):
-    from gluon_attention.tasks.bench.models import model_table
+    from jobs.bench.models import model_table
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
              'Python {python}; commit {commit}.'.format(**info),
@@ -244,21 +247,20 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ['OMP_NUM_THREADS'] = str(args.threads)      # before mxnet is imported
     from mxnet import npx
-    from gluon_attention.tasks.bench import attention as bench
+    from jobs.bench import attention as bench
     npx.set_np()
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
         return
     if 'qa_inference' in args.configs:      # its data file exists before any timing starts
         from gluon_attention.data import squad
-        from gluon_attention.tasks.bench.qa import EVAL_FILE
-        from gluon_attention.tasks.bench.qa import fine_tuned_config
-        from gluon_attention.tasks.squad.folder import check_model_folder
+        from gluon_attention.pipelines.folder import check_model_folder
+        from jobs.bench.qa import EVAL_FILE, fine_tuned_folder
         try:
             squad.default_data_path(EVAL_FILE, args.data_dir)
             if args.qa_model_dir:           # and its model folder
                 check_model_folder(args.qa_model_dir, fine_tuned=os.path.isdir(
-                    args.qa_model_dir) and fine_tuned_config(args.qa_model_dir) is not None)
+                    args.qa_model_dir) and fine_tuned_folder(args.qa_model_dir) is not None)
         except ValueError as err:
             raise SystemExit('benchmark.py: error: {}'.format(err)) from None
     python = torch_python(args.torch_python)

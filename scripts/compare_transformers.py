@@ -20,7 +20,11 @@ nothing frozen, the model's dropout). Both sides start from the same encoder fol
 sha256 is checked). See docs/squad.md, "Side by side with PyTorch + transformers".
 """
 import argparse
+import os
 import sys
+
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COMMANDS = ('features', 'ours', 'theirs', 'score')
 
@@ -38,8 +42,8 @@ def _run_flags(sub):
 
 def build_parser():
     """The command line: features (the config of the feature file), ours, theirs, score."""
-    from gluon_attention.tasks.bench.compare import FeatureFileConfig
-    from gluon_attention.tasks.engine.config import add_arguments
+    from jobs.bench.compare import FeatureFileConfig
+    from jobs.engine.config import add_arguments
     parser = argparse.ArgumentParser(prog='compare_transformers.py',
                                      description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -76,7 +80,7 @@ def build_parser():
 
 def _run(args):
     import os
-    from gluon_attention.tasks.bench import compare_runs
+    from jobs.bench import compare_runs
     if args.threads < 1 or args.steps < 1:
         raise ValueError('--threads and --steps must be >= 1. Received: threads={}, '
                          'steps={}'.format(args.threads, args.steps))
@@ -92,13 +96,13 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     import mxnet as mx
     mx.npx.set_np()
-    from gluon_attention.tasks.engine.config import from_args
+    from jobs.engine.config import from_args
     try:
         if args.command == 'features':
-            from gluon_attention.tasks.bench import compare
+            from jobs.bench import compare
             compare.write_feature_file(from_args(compare.FeatureFileConfig, args))
         elif args.command == 'score':
-            from gluon_attention.tasks.bench import compare_score
+            from jobs.bench import compare_score
             compare_score.score_runs(args.features, args.runs, args.output_dir,
                                      args.n_best_size, args.max_answer_length)
         else:

@@ -3,7 +3,7 @@
 
 Either a library block with fresh parameters (``--block``) or the fine-tuned SQuAD model of a
 `run_squad.py` output folder (``--squad-run``). The export goes through
-``gluon_attention.tasks.export.block.export_and_check``: the graph is built on a batch of B=2, T=12,
+``gluon_attention.export.block.export_and_check``: the graph is built on a batch of B=2, T=12,
 exported, reloaded with ``SymbolBlock.imports`` (no gluon_attention class involved) and compared
 with the block on that batch and on batches of other sizes and lengths (B=3, T=7 and B=1, T=16).
 The report (JSON on stdout) holds the file paths and the largest absolute difference; the exit
@@ -16,6 +16,9 @@ import json
 import os
 import sys
 
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BLOCKS = ('multi_head_attention', 'dot_product', 'additive', 'bert_encoder')
 SHAPES = ((2, 12), (3, 7), (1, 16))          # (B, T): the first builds the exported graph
 # --format onnx: each input's axes (names are free axes, ints fixed sizes)
@@ -27,7 +30,7 @@ ONNX_AXES = {'token_ids': ('batch', 'sequence'), 'input_ids': ('batch', 'sequenc
 
 
 def _config_class():
-    from gluon_attention.tasks.engine.config import option
+    from jobs.engine.config import option
 
     @dataclasses.dataclass
     class ExportConfig:
@@ -70,11 +73,12 @@ def _squad_model(run):
     import mxnet as mx
     import gluon_attention as ga
     from gluon_attention.models.qa import ModelForQAConditional
-    from gluon_attention.tasks.squad.folder import QA_CONFIG, load_qa_model
-    from gluon_attention.tasks.engine.checkpoints import CheckpointManager
+    from gluon_attention.pipelines import load_qa_folder, load_qa_model
+    from gluon_attention.pipelines.folder import QA_CONFIG
+    from jobs.engine.checkpoints import CheckpointManager
     folder = os.path.join(run, 'model')
     if os.path.isfile(os.path.join(folder, QA_CONFIG)):
-        return load_qa_model(folder, ga.BertEncoder.from_pretrained(folder), [mx.cpu()])[0]
+        return load_qa_model(load_qa_folder(folder), [mx.cpu()])
     checkpoints = os.path.join(run, 'checkpoints')
     entry = CheckpointManager(checkpoints).latest() if os.path.isdir(checkpoints) else None
     if entry is None:
@@ -106,8 +110,8 @@ def main(argv=None):
     """Export, reload, compare; print the report and return the exit status."""
     import mxnet as mx
     import numpy as onp
-    from gluon_attention.tasks.engine.config import add_arguments, from_args
-    from gluon_attention.tasks.export.block import export_and_check
+    from jobs.engine.config import add_arguments, from_args
+    from gluon_attention.export.block import export_and_check
     config_class = _config_class()
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -124,7 +128,7 @@ def main(argv=None):
     report.update(block=name, tolerance=config.tolerance,
                   ok=report['max_abs_diff'] <= config.tolerance)
     if config.format == 'onnx':
-        from gluon_attention.tasks.export.onnx import check_onnx
+        from gluon_attention.export.onnx import check_onnx
         report['onnx'] = check_onnx(block, config.output_prefix, batches,
                                     [ONNX_AXES[n] for n in names])
         report['ok'] &= report['onnx']['max_abs_diff'] <= config.tolerance

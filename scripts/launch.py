@@ -13,8 +13,12 @@ or 124 after --timeout. For several machines, set the variables by hand (README,
 device or machine").
 """
 import argparse
+import os
 import signal
 import sys
+
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def build_parser():
@@ -37,7 +41,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ['--'] else args.command
-    from gluon_attention.tasks.engine.launch import launch_local
+    from jobs.engine.launch import launch_local
     # SIGTERM unwinds like Ctrl-C, so the started processes are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return launch_local(command, args.num_workers, args.num_servers, timeout=args.timeout,

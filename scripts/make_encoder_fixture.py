@@ -6,7 +6,7 @@ tokenized sentences and saves the last hidden states, so that
 without torch. This script needs torch and transformers; install them in a
 separate virtual environment so the product environment stays pinned, and pass
 the model folder (the one ``BertEncoder.from_pretrained()`` reads, printed by
-``python -c "import gluon_attention._resources as r; print(r.default_model_dir())"``
+``python -c "import gluon_attention.resources as r; print(r.default_model_dir())"``
 in the product environment)::
 
     python3.11 -m venv torch-env

@@ -16,15 +16,19 @@ refused (use another --output-dir). evaluate and predict load <output-dir>/model
 --model-dir is given, and never write over the train run's own files in <output-dir>. ``<command> --help`` lists every option with its default.
 """
 import argparse
+import os
 import sys
+
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COMMANDS = ('train', 'evaluate', 'predict', 'curve', 'quantize')
 
 
 def build_parser():
     """The command line: one sub-command per config class of the job."""
-    from gluon_attention.tasks.engine.config import add_arguments
-    from gluon_attention.tasks.squad.config import (CurveConfig, EvaluateConfig, PredictConfig,
+    from jobs.engine.config import add_arguments
+    from jobs.squad.config import (CurveConfig, EvaluateConfig, PredictConfig,
                                                     QuantizeConfig, TrainConfig)
     parser = argparse.ArgumentParser(prog='run_squad.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -42,9 +46,9 @@ def build_parser():
 def parse_config(argv):
     """argv -> (command name, config); a bad value or a --model-dir that is not a model folder
     exits with status 2 and a one-line error, before any data is read."""
-    from gluon_attention.tasks.engine.config import from_args, parse_command
-    from gluon_attention.tasks.squad.folder import model_folder
-    from gluon_attention.tasks.squad.config import check_config
+    from jobs.engine.config import as_flags, from_args, parse_command
+    from jobs.squad.folder import model_folder
+    from jobs.squad.config import check_config
     namespace = parse_command(build_parser(), argv)
     try:
         config = from_args(namespace.config_class, namespace)
@@ -52,7 +56,7 @@ def parse_config(argv):
         if namespace.command != 'curve':        # curve reads the run's own folders
             model_folder(config)
     except (ValueError, ImportError) as err:
-        namespace.parser.error(str(err))
+        namespace.parser.error(as_flags(err, namespace.config_class))
     return namespace.command, config
 
 
@@ -61,18 +65,20 @@ def main(argv=None):
     import mxnet as mx
     mx.npx.set_np()
     command, config = parse_config(argv)
-    from gluon_attention.tasks.squad import curve, infer, quantize, train
+    from jobs.squad import curve, infer, quantize, train
     prepare, run = {'train': (train.prepare_train, train.run_train),
                     'evaluate': (infer.prepare_evaluate, infer.run_evaluate),
                     'predict': (infer.prepare_predict, infer.run_predict),
                     'curve': (curve.prepare_curve, curve.run_curve),
                     'quantize': (quantize.prepare_quantize, quantize.run_quantize)}[command]
-    from gluon_attention.tasks.engine.loop import exit_interrupted
+    from jobs.engine.config import as_flags
+    from jobs.engine.loop import exit_interrupted
     try:
         try:            # what the command line names must exist before any work starts
             prepared = prepare(config)
         except (ValueError, OSError, ImportError) as err:   # a bad device, folder or data file
-            print('run_squad.py: error: {}'.format(err), file=sys.stderr)  # status 2 as the parser
+            print('run_squad.py: error: {}'.format(as_flags(err, type(config))),  # status 2, as
+                  file=sys.stderr)                                          # the parser's
             raise SystemExit(2) from None
         return run(config, prepared)
     except KeyboardInterrupt as stop:       # Ctrl-C: one line, status 130

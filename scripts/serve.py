@@ -15,12 +15,15 @@ import json
 import os
 import sys
 
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 COMMANDS = ('start', 'stop', 'status')
 
 
 def build_parser():
-    from gluon_attention.tasks.engine.config import add_arguments
-    from gluon_attention.tasks.serve import ServeConfig
+    from jobs.engine.config import add_arguments
+    from jobs.serve.config import ServeConfig
     parser = argparse.ArgumentParser(prog='serve.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
@@ -46,8 +49,9 @@ def _usage(info):
 
 
 def main(argv=None):
-    from gluon_attention.tasks import serve
-    from gluon_attention.tasks.engine.config import from_args
+    from jobs.engine.config import as_flags, from_args
+    from jobs.serve import instance as serve
+    from jobs.serve.config import ServeConfig
     namespace = build_parser().parse_args(argv)
     if namespace.command == 'stop':
         pid = serve.stop(namespace.instance_dir)
@@ -64,11 +68,11 @@ def main(argv=None):
         print('running: pid {}, workers {}, {}'.format(
             pid, serve.worker_pids(namespace.instance_dir), url))
         return 0
-    config = from_args(serve.ServeConfig, namespace)
+    config = from_args(ServeConfig, namespace)
     try:
         info = serve.start(config)
     except (ValueError, RuntimeError) as err:     # ServeSetupError is a RuntimeError
-        print('serve.py start: error: {}'.format(err), file=sys.stderr)
+        print('serve.py start: error: {}'.format(as_flags(err, ServeConfig)), file=sys.stderr)
         return 2
     print(_usage(info))
     return 0

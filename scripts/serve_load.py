@@ -13,6 +13,9 @@ import json
 import os
 import sys
 
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def build_parser():
     parser = argparse.ArgumentParser(prog='serve_load.py', description=__doc__.split('\n\n')[0],
@@ -43,12 +46,11 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from gluon_attention.tasks.engine.common import atomic_write_json
-    from gluon_attention.tasks.serve import kill_workers
-    from gluon_attention.tasks.serve.load import (check_loopback, compare_answers, run_load,
-                                                  summarize)
-    from gluon_attention.tasks.squad.data import data_path
     from gluon_attention.data.squad import read_squad
+    from gluon_attention.files import atomic_write_json
+    from jobs.serve.instance import kill_workers
+    from jobs.serve.load import check_loopback, compare_answers, run_load, summarize
+    from jobs.squad.data import data_path
     try:
         check_loopback(args.url)
         examples = read_squad(data_path(args.questions, args.data_dir or None),

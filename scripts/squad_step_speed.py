@@ -17,6 +17,9 @@ import os
 import sys
 import time
 
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], allow_abbrev=False)
@@ -50,7 +53,7 @@ def _ours(args, ids, spans):
     from mxnet import autograd
     from gluon_attention.models.encoder import BertEncoder
     from gluon_attention.models.qa import ModelForQAConditional, qa_loss
-    from gluon_attention.tasks.engine.distributed import DataParallel
+    from jobs.engine.distributed import DataParallel
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
         args.model_dir, attention_dropout=0.0, matmul_dtype=args.matmul_dtype,

@@ -24,6 +24,11 @@ one-sentence-per-line format given as the folder plus the split name, i.e. the c
 ``<command> --help`` lists every option with its default.
 """
 import argparse
+import sys
+import os
+
+# the repository root, for the jobs (jobs/, not part of the installed package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COMMANDS = ('train', 'evaluate', 'predict', 'plot-attention')
 HELP = {'train': 'train, keep the best epoch, write metrics.json, export and check the reload',
@@ -39,8 +44,8 @@ MODEL_OPTIONS = {'evaluate': ('output_dir', 'ctx', 'threads'),
 def build_parser():
     """The command line: one sub-command per mode, each with the NLIConfig options it reads."""
     import dataclasses
-    from gluon_attention.tasks.engine.config import add_arguments
-    from gluon_attention.tasks.nli.config import NLIConfig
+    from jobs.engine.config import add_arguments
+    from jobs.nli.config import NLIConfig
     parser = argparse.ArgumentParser(prog='train_nli.py', description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split('\n\n', 1)[1], allow_abbrev=False)
@@ -67,7 +72,7 @@ def build_parser():
 
 def _check_command(args):
     """The sentences of ``predict`` must not be empty."""
-    from gluon_attention._checks import fail
+    from gluon_attention.checks import fail
     if args.command == 'predict' and not (args.premise.strip() and args.hypothesis.strip()):
         fail('predict needs a non-empty premise and hypothesis', premise=args.premise,
              hypothesis=args.hypothesis)
@@ -75,7 +80,7 @@ def _check_command(args):
 
 def _use_model(args, config):
     """evaluate, predict or plot-attention: the model of --output-dir at work."""
-    from gluon_attention.tasks.nli import model
+    from jobs.nli import model
     if args.command == 'evaluate':
         return model.evaluate(config, args.path, args.output)
     if args.command == 'predict':
@@ -87,8 +92,8 @@ def main(argv=None):
     """Run the command the command line names; returns what the library function returns."""
     import sys
     import mxnet as mx
-    from gluon_attention.tasks.engine.config import from_args, parse_command
-    from gluon_attention.tasks.nli.config import NLIConfig, check_config
+    from jobs.engine.config import from_args, parse_command
+    from jobs.nli.config import NLIConfig, check_config
     args = parse_command(build_parser(), sys.argv[1:] if argv is None else argv)
     config = from_args(NLIConfig, args)
     try:
@@ -97,7 +102,7 @@ def main(argv=None):
     except (ValueError, TypeError) as err:
         args.parser.error(str(err))
     mx.npx.set_np()
-    from gluon_attention.tasks.nli import job, model
+    from jobs.nli import job, model
     try:            # a missing or malformed data file or model folder: one line, nothing written
         if args.command != 'train':
             return _use_model(args, config)
@@ -105,7 +110,7 @@ def main(argv=None):
         entry = job.check_resumable(config)
     except (ValueError, OSError, ImportError) as err:
         raise SystemExit('train_nli.py: error: {}'.format(err)) from None
-    from gluon_attention.tasks.engine.loop import exit_interrupted
+    from jobs.engine.loop import exit_interrupted
     try:
         return job.train(config, data, entry)
     except KeyboardInterrupt as stop:       # Ctrl-C: one line, status 130

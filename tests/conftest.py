@@ -8,8 +8,16 @@ repository root; see docs/data.md) through :func:`data_dir`, :func:`squad_file` 
 :func:`data_file`: a test that needs a file fails, naming the path, when it is missing.
 """
 import os
+import sys
 
 os.environ.setdefault('OMP_NUM_THREADS', '1')
+# The jobs (jobs/ at the repository root, not part of the installed package) import from the root,
+# here and in the processes the tests start (tests/tasks/dist_job.py, the scripts, ...).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ['PYTHONPATH'] = os.pathsep.join(
+    [ROOT] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and p != ROOT])
 
 import mxnet as mx  # noqa: E402
 import numpy as onp  # noqa: E402

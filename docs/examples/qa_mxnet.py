@@ -9,7 +9,7 @@ from pathlib import Path
 import mxnet as mx
 
 from gluon_attention.export import load            # loads the library's operators itself
-from gluon_attention.tasks.squad import QAPredictor
+from gluon_attention.pipelines import QAPredictor
 
 sys.path.insert(0, str(Path(__file__).parent))
 from qa_text import build_inputs, decode, load_text_side, parse_args  # noqa: E402

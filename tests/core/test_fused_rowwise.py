@@ -17,7 +17,7 @@ from gluon_attention.core import fused
 from gluon_attention.core.fused_rowwise import (DenseGELU, ResidualLayerNorm, add_layer_norm,
                                                 bias_gelu)
 from gluon_attention.models.encoder import TransformerEncoder
-from gluon_attention.tasks.export import block as export
+from gluon_attention.export import block as export
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason='fused kernel library not built')
 

@@ -22,9 +22,9 @@ from gluon_attention.export import export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
-from gluon_attention.tasks.engine import checkpoints, common
-from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.loop import train_steps
+from jobs.engine import checkpoints, common
+from jobs.engine.distributed import DataParallel
+from jobs.engine.loop import train_steps
 
 
 @mx.util.use_np

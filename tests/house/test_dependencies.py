@@ -1,8 +1,8 @@
-"""The installed package metadata: MXNet is never an unconditional requirement (the CPU wheel and
-the CUDA wheels are different distributions, so requiring ``mxnet`` would install the CPU wheel over
-a CUDA one); plotting and ONNX are extras; requirements are ranges, and constraints.txt pins a
-version inside every range."""
-import importlib.metadata
+"""The package metadata of setup.py: NumPy is the one unconditional requirement (MXNet is not one:
+the CPU wheel and the CUDA wheels are different distributions, so requiring ``mxnet`` would install
+the CPU wheel over a CUDA one); Hugging Face files, plotting, ONNX, serving and the jobs are
+extras; requirements are ranges, and constraints.txt pins a version inside every range."""
+import ast
 import re
 from pathlib import Path
 
@@ -10,15 +10,20 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-CONSTRAINTS = Path(__file__).resolve().parents[2] / 'constraints.txt'
+ROOT = Path(__file__).resolve().parents[2]
+CONSTRAINTS = ROOT / 'constraints.txt'
 
 
 @pytest.fixture(scope='module')
 def requirements():
-    try:
-        return [Requirement(r) for r in importlib.metadata.requires('gluon_attention') or []]
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip('gluon_attention is not installed (pip install -e .)')
+    """The requirements setup.py declares, extras marked as pip's metadata marks them."""
+    call = next(node for node in ast.walk(ast.parse((ROOT / 'setup.py').read_text()))
+                if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'setup')
+    keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords
+                if k.arg in ('install_requires', 'extras_require')}
+    return [Requirement(r) for r in keywords['install_requires']] + [
+        Requirement('{}; extra == "{}"'.format(r, extra))
+        for extra, names in keywords['extras_require'].items() for r in names]
 
 
 def _names(requirements, extra=None):
@@ -42,13 +47,20 @@ def test_mxnet_only_through_the_cpu_extra(requirements):
     assert _names(requirements, 'cpu') == {'mxnet'}
 
 
-def test_plots_and_onnx_are_extras(requirements):
-    unconditional = _names(requirements)
+def test_numpy_is_the_one_requirement_and_the_rest_are_extras(requirements):
+    assert _names(requirements) == {'numpy'}
+    assert _names(requirements, 'hf') == {'tokenizers', 'safetensors'}
     assert _names(requirements, 'plots') == {'matplotlib'}
     assert _names(requirements, 'onnx') == {'onnx', 'onnxruntime', 'protobuf', 'sympy',
                                             'ml-dtypes'}
-    assert not unconditional & {'matplotlib', 'onnx', 'onnxruntime', 'protobuf'}
-    assert {'numpy', 'tokenizers', 'safetensors', 'tqdm'} <= unconditional
+    assert _names(requirements, 'serve') == {'multi-model-server', 'model-archiver'}
+    assert {'tqdm', 'tokenizers', 'safetensors', 'matplotlib'} <= _names(requirements, 'jobs')
+
+
+def test_make_venv_installs_the_extras_of_the_jobs_and_tests():
+    line = next(x for x in (ROOT / 'Makefile').read_text().splitlines() if "-e '.[" in x)
+    extras = set(re.search(r"-e '\.\[([^\]]+)\]'", line).group(1).split(','))
+    assert {'test', 'jobs', 'hf', 'plots', 'onnx', 'serve'} <= extras
 
 
 def test_unconditional_requirements_are_ranges(requirements):

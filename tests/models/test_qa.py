@@ -13,7 +13,7 @@ from mxnet.gluon import HybridBlock, nn
 from conftest import HYBRID_TOL, hybridize_mode
 from gluon_attention.data.squad_decode import best_span
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
-from gluon_attention.tasks.export.block import export_block, import_block
+from gluon_attention.export.block import export_block, import_block
 
 B, T, C, UNITS, VOCAB = 3, 11, 14, 10, 29
 NEG_INF = -onp.inf

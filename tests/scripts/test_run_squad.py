@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gluon_attention.core import fused
-from gluon_attention.tasks.squad.config import TrainConfig
+from jobs.squad.config import TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--max-steps', '3', '--checkpoint-every', '2', '--max-train-features', '24',
@@ -172,7 +172,7 @@ def test_training_selection_with_plausible_spans():
     """With plausible spans, only the impossible questions' chunks that hold the plausible span
     follow --impossible-ratio; their other chunks follow --no-answer-chunk-ratio."""
     from types import SimpleNamespace
-    from gluon_attention.tasks.squad.data import select_training
+    from jobs.squad.data import select_training
     examples = [SimpleNamespace(is_impossible=False), SimpleNamespace(is_impossible=True)]
     kinds = {'answer': (0, False, 5), 'missed': (0, True, 0), 'plausible': (1, True, 5),
              'elsewhere': (1, True, 0)}

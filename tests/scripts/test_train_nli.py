@@ -1,4 +1,4 @@
-"""scripts/train_nli.py and the NLI job (gluon_attention.tasks.nli): the command line (its
+"""scripts/train_nli.py and the NLI job (jobs.nli): the command line (its
 sub-commands, every flag with its default, the --ctx grammar, the old mode flags refused), one tiny
 run through every command (train, export check, run_config.json, evaluate, predict,
 plot-attention) and the resumption of an interrupted run.
@@ -17,10 +17,10 @@ import pytest
 from conftest import data_file
 
 from gluon_attention.data import snli
-from gluon_attention.tasks.engine import checkpoints, common
-from gluon_attention.tasks.engine.config import read_run_config
-from gluon_attention.tasks.nli.config import NLIConfig
-from gluon_attention.tasks.nli.model import INPUT_NAMES
+from jobs.engine import checkpoints, common
+from jobs.engine.config import read_run_config
+from jobs.nli.config import NLIConfig
+from jobs.nli.model import INPUT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ['--threads', '1', '--no-progress', '--max-train', '160', '--epochs', '2', '--max-steps',
@@ -211,7 +211,7 @@ def _trained_pair_keys(max_train):
 
 def test_plot_attention_refuses_more_pairs_than_it_can_draw_or_validation_holds(
         script, tmp_path, capsys):
-    from gluon_attention.tasks.nli.model import MAX_PLOT_PAIRS
+    from jobs.nli.model import MAX_PLOT_PAIRS
     out = tmp_path / 'out'
     with pytest.raises(SystemExit, match=r'draws at most {} pairs .*Received: N={}$'.format(
             MAX_PLOT_PAIRS, MAX_PLOT_PAIRS + 1)):

@@ -13,8 +13,9 @@ import pytest
 
 from gluon_attention._resources import default_model_dir
 from gluon_attention.data.squad import read_squad
-from gluon_attention.tasks import serve
-from gluon_attention.tasks.squad.data import data_path
+from jobs.serve import instance as serve
+from jobs.serve.config import ServeConfig
+from jobs.squad.data import data_path
 
 ROOT = Path(__file__).resolve().parents[2]
 LEGACY = ROOT / 'tests' / 'fixtures' / 'legacy_da7f4ab'
@@ -23,7 +24,7 @@ LEGACY = ROOT / 'tests' / 'fixtures' / 'legacy_da7f4ab'
 THRESHOLD = 1000.0
 
 requires_java = pytest.mark.skipif(
-    serve.instance.java_path() is None,
+    serve.java_path() is None,
     reason='no Java runtime: the server tests need one (Debian/Ubuntu: sudo apt-get install -y '
            '{})'.format(serve.JAVA_PACKAGE))
 
@@ -65,7 +66,7 @@ def start_server(model, instance, **options):
                   instance_dir=str(model / instance), port=port,
                   management_port=free_port(taken=(port,)), threads=1,
                   null_score_diff_threshold=str(THRESHOLD), start_timeout=120)
-    config = serve.ServeConfig(**dict(values, **options))
+    config = ServeConfig(**dict(values, **options))
     return config, serve.start(config, log=lambda _: None)
 
 

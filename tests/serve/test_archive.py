@@ -8,8 +8,8 @@ import zipfile
 import pytest
 
 from gluon_attention.data import squad
-from gluon_attention.tasks.serve.archive import archived_files, build_archive
-from gluon_attention.tasks.serve.protocol import Limits
+from jobs.serve.archive import archived_files, build_archive
+from jobs.serve.protocol import Limits
 
 from serve_helpers import tiny_model
 

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from gluon_attention.tasks.serve.frame import ALIGN, STATUS_AT, pad_bodies, status_offsets
+from jobs.serve.frame import ALIGN, STATUS_AT, pad_bodies, status_offsets
 
 from serve_helpers import worker_context
 

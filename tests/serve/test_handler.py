@@ -4,9 +4,9 @@ failure confined to the request that caused it."""
 import json
 import types
 
-from gluon_attention.tasks.serve.frame import ALIGN, STATUS_AT, status_offsets
-from gluon_attention.tasks.serve.handler import QAService
-from gluon_attention.tasks.serve.protocol import Limits
+from jobs.serve.frame import ALIGN, STATUS_AT, status_offsets
+from jobs.serve.handler import QAService
+from jobs.serve.protocol import Limits
 
 from serve_helpers import worker_context
 

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from gluon_attention.tasks.serve.load import Outcome, compare_answers, summarize
-from gluon_attention.tasks.serve.protocol import (ANSWER_KEYS, Limits, RequestError,
+from jobs.serve.load import Outcome, compare_answers, summarize
+from jobs.serve.protocol import (ANSWER_KEYS, Limits, RequestError,
                                                   answer_json, error_json, parse_request)
 
 LIMITS = Limits(max_questions=3, max_context_chars=50, max_features=4)

@@ -16,16 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from gluon_attention.tasks import serve
-from gluon_attention.tasks.squad import QAPredictor
+from gluon_attention.pipelines import QAPredictor
+from jobs.serve import instance as serve
+from jobs.serve.protocol import ANSWER_KEYS
 
 from serve_helpers import ROOT, THRESHOLD, post, questions, requires_java, start_server, tiny_model
 
 pytestmark = requires_java
 # what the archive holds: the graph, qa_config.json, the tokenizer file the handler reads (the
 # fixture folder has tokenizer.json and vocab.txt: tokenizer.json is read), serve.json
+# the handler's code travels with the archive: the server's worker runs outside the repository
 ARCHIVED = ['graph/qa-0000.params', 'graph/qa-inputs.json', 'graph/qa-symbol.json',
-            'model/qa_config.json', 'model/tokenizer.json', 'serve.json']
+            'jobs/__init__.py', 'jobs/serve/__init__.py', 'jobs/serve/frame.py',
+            'jobs/serve/handler.py', 'jobs/serve/protocol.py', 'model/qa_config.json',
+            'model/tokenizer.json', 'serve.json']
 
 
 @pytest.fixture(scope='module')
@@ -106,7 +110,7 @@ def test_bad_requests_get_their_own_error_and_the_good_ones_of_the_batch_answers
         assert (status, error['status'], error['field']) == (want_status, want_status, field)
         assert error['error'] and error['received']
     for status, answer in (results[0], results[-1]):
-        assert status == 200 and set(serve.ANSWER_KEYS) <= set(answer)
+        assert status == 200 and set(ANSWER_KEYS) <= set(answer)
     # an empty question is the null answer, no error
     status, answer = post(info['url'], {'question': ' ', 'context': 'The Normans.'},
                            content_type)

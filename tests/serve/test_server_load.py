@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gluon_attention.tasks import serve
-from gluon_attention.tasks.serve.load import compare_answers, run_load, summarize
+from jobs.serve import instance as serve
+from jobs.serve.load import compare_answers, run_load, summarize
 
 from serve_helpers import questions, requires_java, start_server, tiny_model
 

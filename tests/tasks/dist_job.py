@@ -1,7 +1,7 @@
 """A tiny training job on the data-parallel engine, for the distributed tests.
 
 A 1-layer BertEncoder (D=16) under the conditional QA head, every dropout 0, trained on random
-features with :func:`gluon_attention.tasks.engine.loop.train_steps`. Run in-process through
+features with :func:`jobs.engine.loop.train_steps`. Run in-process through
 :func:`run`, or as the worker command of ``scripts/launch.py``::
 
     python tests/tasks/dist_job.py --kvstore dist_sync --output-dir OUT
@@ -19,9 +19,9 @@ import mxnet as mx
 import numpy as onp
 
 from gluon_attention import BertEncoder, ModelForQAConditional, qa_loss
-from gluon_attention.tasks.engine.common import parse_ctx
-from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.loop import StepConfig, train_steps
+from jobs.engine.common import parse_ctx
+from jobs.engine.distributed import DataParallel
+from jobs.engine.loop import StepConfig, train_steps
 
 NUM_EXAMPLES, LENGTH, QUESTION = 40, 12, 4
 INPUTS = ('input_ids', 'token_types', 'valid_length', 'p_mask', 'start_position')

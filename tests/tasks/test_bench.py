@@ -6,7 +6,7 @@ from mxnet import np
 
 from gluon_attention import multi_head_dot_attn
 from gluon_attention.core import fused
-from gluon_attention.tasks.bench import attention as bench
+from jobs.bench import attention as bench
 
 
 @pytest.fixture

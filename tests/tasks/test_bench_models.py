@@ -22,10 +22,10 @@ import pytest
 from gluon_attention.data import squad
 from gluon_attention.models.qa import ModelForQAConditional, QAInference
 from gluon_attention.models.encoder import BertEncoder
-from gluon_attention.tasks.bench import models as bench_models, qa as bench_qa
-from gluon_attention.tasks.squad.evaluation import run_batches
-from gluon_attention.tasks.squad.folder import save_model_folder
-from gluon_attention.tasks.squad.predictor import load_folder_model
+from jobs.bench import models as bench_models, qa as bench_qa
+from gluon_attention.pipelines import load_qa_folder, load_qa_model
+from gluon_attention.pipelines.features import run_batches
+from jobs.squad.folder import save_model_folder
 
 from squad_tiny import ROOT, make_tiny_bert
 
@@ -135,7 +135,7 @@ def test_qa_inference_rows_of_a_fine_tuned_folder_give_answers_kept_and_f1(tuned
     assert all(r['shape'] == [4, 64] for r in byname.values())   # the folder's eval length
     # the reference: the job's own evaluation path on the folder (threshold 0.5)
     found = bench_qa.eval_set(3, 4, 64, 16, folder)
-    inference = QAInference(load_folder_model(folder, [mx.cpu()]), 5, 5)
+    inference = QAInference(load_qa_model(load_qa_folder(folder), [mx.cpu()]), 5, 5)
     outputs = run_batches(inference, found['features'], 4, mx.cpu())
     final = squad.decode_predictions(found['examples'], found['features'], outputs, 20, 30,
                                      0.5)[1]

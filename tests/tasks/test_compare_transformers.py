@@ -22,11 +22,11 @@ import pytest
 
 from conftest import squad_file
 from gluon_attention.data import squad
-from gluon_attention.tasks.bench import compare, compare_runs, compare_score
-from gluon_attention.tasks.engine.loop import linear_warmup_decay
-from gluon_attention.tasks.squad.config import TrainConfig
-from gluon_attention.tasks.squad.data import eval_stride, load_training_features
-from gluon_attention.tasks.squad.loop import schedule
+from jobs.bench import compare, compare_runs, compare_score
+from jobs.engine.loop import linear_warmup_decay
+from jobs.squad.config import TrainConfig
+from jobs.squad.data import eval_stride, load_training_features
+from jobs.squad.loop import schedule
 
 from squad_tiny import ROOT, make_tiny_bert
 
@@ -228,7 +228,7 @@ def test_the_peer_applies_our_adamw_update(tmp_path):
     if python is None:
         pytest.skip('no interpreter with torch and transformers (make bench creates .venv-peer)')
     import mxnet as mx
-    from gluon_attention.tasks.engine import optim  # noqa: F401 (registers 'adamw')
+    from jobs.engine import optim  # noqa: F401 (registers 'adamw')
     rng = onp.random.RandomState(1)
     weights = {'w': rng.normal(size=(3, 5)), 'bias': rng.normal(size=(5,))}
     grads = [{k: rng.normal(size=v.shape) for k, v in weights.items()} for _ in range(3)]

@@ -19,8 +19,8 @@ from mxnet import autograd, gluon
 
 import dist_job
 from conftest import tol
-from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.launch import DMLC_VARIABLES, create_kvstore, launch_local
+from jobs.engine.distributed import DataParallel
+from jobs.engine.launch import DMLC_VARIABLES, create_kvstore, launch_local
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240      # seconds a launched job may take before the launcher stops it

@@ -14,7 +14,7 @@ from mxnet.gluon import nn
 import reference as ref
 from conftest import tol
 from gluon_attention.core import cells, fused
-from gluon_attention.tasks.export import block as export
+from gluon_attention.export import block as export
 
 NAMES, DTYPES = ['query', 'key', 'value', 'valid_length'], ['float32'] * 3 + ['int32']
 

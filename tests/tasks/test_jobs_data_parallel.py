@@ -19,13 +19,13 @@ import numpy as onp
 import pytest
 
 from gluon_attention.data import squad
-from gluon_attention.tasks.engine.launch import DMLC_VARIABLES
-from gluon_attention.tasks.nli import job as nli
-from gluon_attention.tasks.nli.config import NLIConfig
-from gluon_attention.tasks.squad.config import TrainConfig
-from gluon_attention.tasks.squad.data import load_training_features
-from gluon_attention.tasks.squad.loop import check_resumable, train
-from gluon_attention.tasks.squad.model import build_model
+from jobs.engine.launch import DMLC_VARIABLES
+from jobs.nli import job as nli
+from jobs.nli.config import NLIConfig
+from jobs.squad.config import TrainConfig
+from jobs.squad.data import load_training_features
+from jobs.squad.loop import check_resumable, train
+from jobs.squad.model import build_model
 from squad_tiny import (SCRIPT, make_tiny_bert, make_train_file, read_json, run_script,
                         tiny_args)
 

@@ -18,8 +18,8 @@ import numpy as onp
 import pytest
 from mxnet.gluon import nn
 
-from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.checkpoints import CheckpointManager
+from jobs.engine.distributed import DataParallel
+from jobs.engine.checkpoints import CheckpointManager
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / 'scripts' / 'run_squad.py'

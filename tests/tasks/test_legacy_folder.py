@@ -47,8 +47,8 @@ def test_legacy_exported_graph_gives_the_outputs_it_gave(tmp_path):
 
 def test_legacy_exported_graph_converts_to_onnx_with_the_same_outputs(tmp_path):
     pytest.importorskip('onnxruntime')
-    from gluon_attention.tasks.export import onnx
-    from gluon_attention.tasks.squad import onnx_check as onnx_squad
+    from gluon_attention.export import onnx
+    from gluon_attention.pipelines import onnx as onnx_squad
     inputs, want = _reference()
     path = onnx_squad.export_qa_onnx(str(_graph_copy(tmp_path)))
     got = onnx.run_onnx(path, dict(zip(INPUTS, inputs)))

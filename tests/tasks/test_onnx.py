@@ -19,7 +19,7 @@ from gluon_attention.core import fused
 pytest.importorskip('onnx', reason='ONNX export needs onnx 1.17 (pip install .[onnx])')
 pytest.importorskip('onnxruntime', reason='ONNX parity tests need onnxruntime '
                                           '(pip install .[onnx])')
-from gluon_attention.tasks.export.onnx import export_onnx, run_onnx  # noqa: E402
+from gluon_attention.export.onnx import export_onnx, run_onnx  # noqa: E402
 
 BLOCK_TOL = dict(rtol=1e-5, atol=1e-5)
 MODEL_TOL = dict(rtol=1e-4, atol=1e-4)
@@ -381,14 +381,14 @@ def test_export_inference_script_format_onnx_reports_onnx_runtime_parity(tmp_pat
 
 
 def test_an_operator_option_without_an_exact_onnx_form_is_a_value_error():
-    from gluon_attention.tasks.export.onnx_ops import unsupported
+    from gluon_attention.export.onnx_ops import unsupported
     with pytest.raises(ValueError, match=r"npx.reshape code 0.*Received: op='_npx_reshape'"):
         unsupported({'op': '_npx_reshape', 'name': 'reshape0'}, 'npx.reshape code 0')
 
 
 def test_a_reshape_code_mxnet_does_not_define_is_refused_naming_the_operator():
     from types import SimpleNamespace
-    from gluon_attention.tasks.export.onnx_shape_ops import _shape_pieces
+    from gluon_attention.export.onnx_shape_ops import _shape_pieces
     emitter = SimpleNamespace(node={'op': '_npx_reshape', 'name': 'reshape7'})
     with pytest.raises(ValueError, match=r"npx.reshape code -7.*Received: op='_npx_reshape'"):
         _shape_pieces(emitter, 'x', [-7], reverse=False)

@@ -23,8 +23,8 @@ pytest.importorskip('onnxruntime.quantization', reason='quantization needs onnx>
 import onnx  # noqa: E402
 
 import gluon_attention as ga  # noqa: E402
-from gluon_attention.tasks.export.onnx import export_onnx, run_onnx  # noqa: E402
-from gluon_attention.tasks.export.onnx_optimize import (  # noqa: E402
+from gluon_attention.export.onnx import export_onnx, run_onnx  # noqa: E402
+from gluon_attention.export.onnx_optimize import (  # noqa: E402
     fusion_counts, optimize_onnx, quantize_onnx)
 from test_onnx import (TOKEN_NAMES, TOKEN_SHAPES, as_mx, initialize,  # noqa: E402
                        tiny_bert, token_inputs)
@@ -177,8 +177,8 @@ def test_the_int8_route_writes_a_fused_int8_model_and_keeps_the_head_float_on_re
     """run_squad.py quantize's writer on the tiny QA model; OnnxQABlock runs the result as
     evaluate/predict --onnx-model do, near MXNet's outputs. ONNX Runtime's quantizer warnings
     (untyped fused outputs, the image-model pre-processing advice) are not shown."""
-    from gluon_attention.tasks.squad.onnx_check import OnnxQABlock
-    from gluon_attention.tasks.squad.quantize import write_int8_model
+    from gluon_attention.pipelines.onnx import OnnxQABlock
+    from jobs.squad.quantize import write_int8_model
     model = ga.ModelForQAConditional(tiny_bert(fused_attention=True), units=8, dropout=0.1)
     model.initialize()
     inference = ga.QAInference(model, 3, 3)

@@ -1,4 +1,4 @@
-"""tasks.squad.onnx_check.check_onnx_squad: the exported QA model in ONNX Runtime on real SQuAD
+"""jobs.squad.onnx_check.check_onnx_squad: the exported QA model in ONNX Runtime on real SQuAD
 features gives MXNet's answers, and a genuine difference is reported as a mismatch.
 
 A tiny random encoder (D=12, 1 layer) on the shipped tokenizer; six evaluation questions at
@@ -16,10 +16,10 @@ from gluon_attention.data import squad
 pytest.importorskip('onnx', reason='ONNX export needs onnx 1.17 (pip install .[onnx])')
 pytest.importorskip('onnxruntime', reason='ONNX parity tests need onnxruntime '
                                           '(pip install .[onnx])')
-from gluon_attention.tasks.export.block import export_block  # noqa: E402
-from gluon_attention.tasks.export.onnx import onnx_session  # noqa: E402
-from gluon_attention.tasks.squad.onnx_check import (QA_OUTPUT_NAMES, check_onnx_squad,  # noqa: E402
-                                              export_qa_onnx)
+from gluon_attention.export.block import export_block  # noqa: E402
+from gluon_attention.export.onnx import onnx_session  # noqa: E402
+from gluon_attention.pipelines.onnx import QA_OUTPUT_NAMES, export_qa_onnx  # noqa: E402
+from jobs.squad.onnx_check import check_onnx_squad  # noqa: E402
 
 NAMES = ['input_ids', 'token_types', 'valid_length', 'p_mask']
 DECODE = dict(n_best_size=5, max_answer_length=30, null_score_diff_threshold=5.0)

@@ -8,7 +8,7 @@ import pytest
 from mxnet import autograd, gluon
 
 from conftest import tol
-from gluon_attention.tasks.engine.optim import NO_DECAY, AdamW
+from jobs.engine.optim import NO_DECAY, AdamW
 
 BETAS, EPS = (0.9, 0.999), 1e-6
 

@@ -4,7 +4,7 @@ from mxnet import autograd
 
 from block_utils import rand
 import gluon_attention as ga
-from gluon_attention.tasks.engine.common import seed_step
+from jobs.engine.common import seed_step
 
 
 def test_dropout_masks_repeat_for_the_same_seed_and_step():

@@ -8,8 +8,8 @@ import numpy as onp
 import pytest
 
 from gluon_attention._resources import default_model_dir
-from gluon_attention.export import _main as export_main
-from gluon_attention.tasks.squad.predictor import QAPredictor
+from gluon_attention.export.__main__ import main as export_main
+from gluon_attention.pipelines.predictor import QAPredictor
 from squad_tiny import script_module
 
 run_squad = script_module()

@@ -10,9 +10,9 @@ import mxnet as mx
 import pytest
 from mxnet.gluon import nn
 
-from gluon_attention.tasks.engine.checkpoints import CheckpointManager
-from gluon_attention.tasks.squad import curve as squad_curve
-from gluon_attention.tasks.squad.config import CurveConfig, TrainConfig, check_config
+from jobs.engine.checkpoints import CheckpointManager
+from jobs.squad import curve as squad_curve
+from jobs.squad.config import CurveConfig, TrainConfig, check_config
 from squad_tiny import make_tiny_bert, make_train_file, read_json, run_script, tiny_args
 
 @pytest.fixture(scope='module')

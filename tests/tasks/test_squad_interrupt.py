@@ -2,7 +2,7 @@
 the last checkpoint, exit status 130; rerunning the same command resumes from that checkpoint."""
 import pytest
 
-from gluon_attention.tasks.squad import loop
+from jobs.squad import loop
 from squad_tiny import make_tiny_bert, make_train_file, script_module, tiny_args
 
 run_squad = script_module()

@@ -13,7 +13,7 @@ import pytest
 from conftest import squad_file
 from gluon_attention.data import squad
 from gluon_attention.models.checkpoint import _bert_name_map, read_checkpoint
-from gluon_attention.tasks.squad.config import TrainConfig
+from jobs.squad.config import TrainConfig
 from squad_tiny import (SCRIPT, TIMING_KEYS, make_tiny_bert, make_train_file, read_json,
                         run_script, tiny_args)
 
@@ -222,7 +222,7 @@ def test_model_dir_without_weights_is_a_one_line_error_before_reading_data(tmp_p
 
 def test_max_steps_wins_over_epochs():
     from types import SimpleNamespace
-    from gluon_attention.tasks.squad.loop import schedule
+    from jobs.squad.loop import schedule
     features = [SimpleNamespace(valid_length=10 + i % 7) for i in range(50)]
     assert len(schedule(features, TrainConfig(max_steps=7, epochs=3.0))) == 7
     by_epochs = schedule(features, TrainConfig(max_steps=0, epochs=2.0, batch_size=4,

@@ -14,9 +14,9 @@ import pytest
 
 from conftest import squad_file
 from gluon_attention.data import squad
-from gluon_attention.tasks.engine.config import add_arguments, from_args
-from gluon_attention.tasks.squad.config import TrainConfig
-from gluon_attention.tasks.squad.data import eval_features
+from jobs.engine.config import add_arguments, from_args
+from jobs.squad.config import TrainConfig
+from jobs.squad.data import eval_features
 from squad_tiny import (ROOT, SCRIPT, make_tiny_bert, make_train_file, read_json, run_script,
                         tiny_args)
 
@@ -45,7 +45,7 @@ def onnx_run(inputs, tmp_path_factory):
 
 
 def test_train_run_answers_in_onnx_runtime_as_in_mxnet(inputs, onnx_run):
-    from gluon_attention.tasks.squad.onnx_check import run_onnx_squad
+    from gluon_attention.pipelines.onnx import run_onnx_squad
     run, stdout = onnx_run
     report = read_json(run / 'export' / 'onnx_check.json')
     assert report['status'] == 'ok' and report['total'] == 12
@@ -79,7 +79,7 @@ def test_export_inference_squad_run_exports_the_runs_model(inputs, onnx_run, tmp
     """export_inference.py --squad-run: the model folder, or the last checkpoint of a run
     without one, exported again computes what the job's own export computes."""
     import mxnet as mx
-    from gluon_attention.tasks.export.block import import_block
+    from gluon_attention.export.block import import_block
     run = onnx_run[0]
     if source == 'last checkpoint':
         run = shutil.copytree(run, tmp_path / 'killed', ignore=shutil.ignore_patterns('model'))

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import squad_file
 from gluon_attention.data.squad import SquadExample
-from gluon_attention.tasks.squad.data import check_not_trained_on
-from gluon_attention.tasks.squad.train import prepare_train
+from jobs.squad.data import check_not_trained_on
+from jobs.squad.train import prepare_train
 from squad_tiny import make_tiny_bert, make_train_file, read_json, script_module, tiny_args
 
 run_squad = script_module()

@@ -14,7 +14,7 @@ import pytest
 
 from gluon_attention._resources import default_model_dir
 from gluon_attention.data import squad
-from gluon_attention.tasks.squad import QAAnswer, QAPredictor
+from gluon_attention.pipelines import QAAnswer, QAPredictor
 
 from squad_tiny import SCRIPT, read_json
 

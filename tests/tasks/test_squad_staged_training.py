@@ -7,11 +7,12 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from gluon_attention.tasks.squad.config import TrainConfig
-from gluon_attention.tasks.squad.data import (check_data_files, load_eval_examples,
+from jobs.squad.config import TrainConfig
+from jobs.squad.data import (check_data_files, load_eval_examples,
                                               training_examples)
-from gluon_attention.tasks.squad.folder import HEAD_FILE, save_model_folder
-from gluon_attention.tasks.squad.model import build_model
+from gluon_attention.pipelines.folder import HEAD_FILE
+from jobs.squad.folder import save_model_folder
+from jobs.squad.model import build_model
 from squad_tiny import make_tiny_bert, make_train_file
 
 

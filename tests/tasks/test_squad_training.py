@@ -9,13 +9,13 @@ import pytest
 
 from gluon_attention.core.matmul import bfloat16_problem, set_matmul_dtype
 from gluon_attention.data import squad
-from gluon_attention.tasks.squad.config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
-from gluon_attention.tasks.squad.data import (data_path, heldout_examples, load_training_features,
+from jobs.squad.config import EVAL_TITLES, THRESHOLD_TITLES, TrainConfig
+from jobs.squad.data import (data_path, heldout_examples, load_training_features,
                                               training_examples)
-from gluon_attention.tasks.squad.evaluation import null_odds_auc
-from gluon_attention.tasks.squad.loop import train
-from gluon_attention.tasks.squad.model import build_model
-from gluon_attention.tasks.squad.train import prepare_train
+from jobs.squad.evaluation import null_odds_auc
+from jobs.squad.loop import train
+from jobs.squad.model import build_model
+from jobs.squad.train import prepare_train
 from squad_tiny import make_tiny_bert, make_train_file
 
 

@@ -8,13 +8,13 @@ import numpy as onp
 import pytest
 
 from gluon_attention.data import squad
-from gluon_attention.tasks.engine.train_log import (TRAIN_LOG, TrainLog, default_log_every,
+from jobs.engine.train_log import (TRAIN_LOG, TrainLog, default_log_every,
                                                     read_train_log)
-from gluon_attention.tasks.engine.loop import StepResult
-from gluon_attention.tasks.squad.config import TrainConfig
-from gluon_attention.tasks.squad.data import INPUT_NAMES, load_training_features
-from gluon_attention.tasks.squad.loop import schedule, train
-from gluon_attention.tasks.squad.model import build_model
+from jobs.engine.loop import StepResult
+from jobs.squad.config import TrainConfig
+from jobs.squad.data import INPUT_NAMES, load_training_features
+from jobs.squad.loop import schedule, train
+from jobs.squad.model import build_model
 from squad_tiny import make_tiny_bert, make_train_file
 
 

@@ -8,9 +8,9 @@ import numpy as onp
 import pytest
 from mxnet import gluon
 
-from gluon_attention.tasks.engine.common import parse_ctx
-from gluon_attention.tasks.engine.distributed import DataParallel
-from gluon_attention.tasks.engine.loop import (StepConfig, TrainingInterrupted, linear_warmup_decay,
+from jobs.engine.common import parse_ctx
+from jobs.engine.distributed import DataParallel
+from jobs.engine.loop import (StepConfig, TrainingInterrupted, linear_warmup_decay,
                                               train_steps)
 
 

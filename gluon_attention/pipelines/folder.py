@@ -1,0 +1,167 @@
+"""A fine-tuned QA model folder, read by one loader: :func:`load_qa_folder`.
+
+A folder (written by the SQuAD job's ``train``, ``<output-dir>/model/``) holds
+
+- ``config.json`` + ``model.safetensors``: the fine-tuned encoder under the standard BERT tensor
+  names and shapes (:func:`gluon_attention.models.checkpoint.write_checkpoint`), so other BERT
+  tools load it too;
+- ``qa_head.safetensors``: the start, end and answerable heads (names as in
+  :class:`~gluon_attention.models.qa.ModelForQAConditional`, e.g. ``end_scores.0.weight``);
+- the tokenizer files of the pretrained folder (``vocab.txt``, ``tokenizer.json``, ...);
+- ``qa_config.json``: head sizes, sequence lengths, the null threshold with its source, and
+  ``trained_titles`` and ``trained_paragraphs``: the articles and the paragraphs (short digests
+  of the context texts) the model was trained on, with those of the folder it started from
+  (a folder written before a record has none).
+
+:func:`load_qa_folder` checks the files and reads ``qa_config.json`` once; the
+:class:`QAFolder` it returns gives the tokenizer, and
+:func:`~gluon_attention.pipelines.predictor.load_qa_model` the model (the encoder with
+``BertEncoder.from_pretrained(folder)``, the saved head put on it by :func:`load_head`), from
+what it read. Reading ``safetensors`` files needs the ``[hf]`` extra.
+"""
+import dataclasses
+import json
+import os
+
+import mxnet as mx
+import numpy as onp
+
+from .._checks import fail
+from ..data import squad
+
+__all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'QAFolder', 'load_qa_folder',
+           'check_model_folder', 'read_qa_config', 'recorded_training', 'has_head', 'head_params',
+           'load_head']
+
+QA_CONFIG = 'qa_config.json'
+HEAD_FILE = 'qa_head.safetensors'
+TOKENIZER_FILES = ('vocab.txt', 'tokenizer.json', 'tokenizer_config.json',
+                   'special_tokens_map.json')
+_ENCODER_FILES = ('config.json', 'model.safetensors')
+
+
+def check_model_folder(folder, fine_tuned, weights=True):
+    """Check that ``folder`` holds a model before any data is read.
+
+    Parameters
+    ----------
+    folder : str
+    fine_tuned : bool
+        True: a fine-tuned folder (encoder, head, qa_config.json,
+        tokenizer); False: a pretrained encoder (config.json, model.safetensors, tokenizer).
+    weights : bool
+        False: only what answering through an exported graph reads from a fine-tuned folder
+        (qa_config.json and the tokenizer), not the encoder and head files.
+
+    Raises
+    ------
+    ValueError
+        Naming the missing files: ``model_dir must be ... Received: model_dir=...``.
+    """
+    needed = _ENCODER_FILES if weights else ()
+    if fine_tuned:
+        needed += (QA_CONFIG, HEAD_FILE) if weights else (QA_CONFIG,)
+    missing = [name for name in needed if not os.path.isfile(os.path.join(folder, name))]
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES[:2]):
+        missing.append('tokenizer.json or vocab.txt')
+    if missing:
+        kind = 'a model folder saved by train' if fine_tuned else 'a pretrained BERT folder'
+        inner = os.path.join(folder, 'model')     # a train run's folder holds its model/
+        hint = '; did you mean {}, the model folder of that run?'.format(inner) if (
+            os.path.isfile(os.path.join(inner, QA_CONFIG))) else ''
+        fail('model_dir must be {} with {} (missing: {}){}'.format(
+            kind, ', '.join(needed), ', '.join(missing), hint), model_dir=folder)
+
+
+def head_params(model):
+    """``{name: Parameter}`` of the QA heads of ``model`` (a ``ModelForQAConditional``): its
+    parameters outside ``backbone``, under the names ``qa_head.safetensors`` uses."""
+    params = model._collect_params_with_prefix()  # pylint: disable=protected-access
+    return {name: param for name, param in params.items() if not name.startswith('backbone.')}
+
+
+def read_qa_config(folder):
+    """``qa_config.json`` of a saved model folder, as a dict."""
+    with open(os.path.join(folder, QA_CONFIG), encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def recorded_training(folder):
+    """What ``qa_config.json`` of ``folder`` records of its training data: a dict with
+    ``trained_titles`` and ``trained_paragraphs``, each a list, or None for a folder without
+    ``qa_config.json`` (a pretrained encoder) or written before the record."""
+    config = read_qa_config(folder) if os.path.isfile(os.path.join(folder, QA_CONFIG)) else {}
+    return {key: config.get(key) for key in ('trained_titles', 'trained_paragraphs')}
+
+
+@dataclasses.dataclass(frozen=True)
+class QAFolder:
+    """A fine-tuned QA model folder, checked, with its ``qa_config.json`` read.
+
+    Attributes
+    ----------
+    path : str
+        The folder.
+    qa_config : dict
+        Its ``qa_config.json`` (head sizes, sequence lengths, null threshold, training record).
+    """
+    path: str
+    qa_config: dict
+
+    def tokenizer(self):
+        """The folder's tokenizer (:func:`~gluon_attention.data.squad.load_tokenizer`)."""
+        return squad.load_tokenizer(self.path)
+
+
+def load_qa_folder(model_dir, weights=True):
+    """Check a fine-tuned QA model folder and read its ``qa_config.json`` (once).
+
+    Parameters
+    ----------
+    model_dir : str or os.PathLike
+        The folder.
+    weights : bool
+        False: only what answering through an exported graph reads is required
+        (``qa_config.json`` and the tokenizer), not the encoder and head files.
+
+    Returns
+    -------
+    QAFolder
+
+    Raises
+    ------
+    ValueError
+        ``model_dir`` lacks a file (the message names the missing files).
+    """
+    folder = os.fspath(model_dir)
+    check_model_folder(folder, fine_tuned=True, weights=weights)
+    return QAFolder(folder, read_qa_config(folder))
+
+
+def has_head(folder):
+    """True when ``folder`` (a path or None) holds ``qa_head.safetensors``: a model folder saved
+    by the SQuAD job's ``train``, whose heads a fine-tuning run may start from."""
+    return bool(folder) and os.path.isfile(os.path.join(folder, HEAD_FILE))
+
+
+def load_head(model, folder):
+    """Set the QA head parameters of ``model`` (initialized, not yet hybridized) from
+    ``<folder>/qa_head.safetensors``.
+
+    Raises
+    ------
+    ValueError
+        A head tensor missing, unexpected or of the wrong shape.
+    """
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+    tensors, params = load_file(os.path.join(folder, HEAD_FILE)), head_params(model)
+    if set(tensors) != set(params):
+        fail('{} must hold exactly the QA head tensors {}'.format(HEAD_FILE, sorted(params)),
+             tensors=sorted(tensors))
+    for name, param in params.items():
+        value = onp.asarray(tensors[name], dtype=onp.float32)
+        if len(param.shape) != value.ndim or any(
+                want not in (-1, 0, got) for want, got in zip(param.shape, value.shape)):
+            fail('{} tensor {} must have shape {} (-1: any)'.format(HEAD_FILE, name, param.shape),
+                 **{name + '.shape': value.shape})
+        param.set_data(mx.np.array(value))

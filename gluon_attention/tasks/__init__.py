@@ -1,3 +1,0 @@
-"""The jobs and their tools, one folder per product: ``engine`` (what the jobs share: training
-loop, data parallel, optimiser, checkpoints, configs, launcher), ``export`` (MXNet and ONNX),
-``squad`` and ``nli`` (the two jobs) and ``bench`` (benchmarks). The top layer: scripts call it."""
