@@ -1,0 +1,60 @@
+"""Bad input to the QA pipeline (:mod:`gluon_attention.pipelines`), in the style of
+``test_bad_inputs.py``: (what is wrong, call, exception type, message fragments). Library
+messages name the argument (``model_dir``, ``threshold``), never a command-line flag."""
+import json
+
+import pytest
+
+from gluon_attention.pipelines import NullThreshold, QAPredictor, load_qa_folder
+
+
+def _tokenizer_only_folder():
+    """A folder with a tokenizer and qa_config.json but no weights (relative to the test's
+    working folder)."""
+    import os
+    os.makedirs('tuned', exist_ok=True)
+    with open('tuned/vocab.txt', 'w', encoding='utf-8') as handle:
+        handle.write('[PAD]\n')
+    with open('tuned/qa_config.json', 'w', encoding='utf-8') as handle:
+        json.dump({'version_2_with_negative': 1, 'null_threshold': None,
+                   'null_threshold_source': 'auto'}, handle)
+    return 'tuned'
+
+
+BAD = [
+    ('threshold-nan', lambda: NullThreshold.of(float('nan')), ValueError,
+     ['threshold must be a number, not nan', 'threshold=nan']),
+    ('threshold-text', lambda: NullThreshold.of('high'), ValueError,
+     ["threshold must be 'auto' or a finite number", "threshold='high'"]),
+    ('threshold-text-inf', lambda: NullThreshold.of('inf', 'flag', 'null_score_diff_threshold'),
+     ValueError, ["null_score_diff_threshold must be 'auto' or a finite number"]),
+    ('threshold-bool', lambda: NullThreshold.of(True), TypeError,
+     ['threshold must be None, a number or a NullThreshold', 'threshold=True']),
+    ('threshold-list', lambda: NullThreshold.of([0.5]), TypeError, ['threshold=[0.5]']),
+    ('threshold-auto-without-saved', lambda: NullThreshold.of(None).resolve(
+        {'null_threshold': None}, 1), ValueError,
+     ['threshold must be a number for a model folder without a null threshold',
+      "threshold='auto'"]),
+    ('load-qa-folder-missing', lambda: load_qa_folder('absent'), ValueError,
+     ['model_dir must be a model folder saved by train', 'qa_config.json',
+      "model_dir='absent'"]),
+    ('load-qa-folder-no-weights', lambda: load_qa_folder(_tokenizer_only_folder()), ValueError,
+     ['missing: config.json, model.safetensors, qa_head.safetensors', "model_dir='tuned'"]),
+    ('predictor-saved-threshold-missing', lambda: QAPredictor.from_folder(
+        _tokenizer_only_folder(), graph='g'), ValueError,
+     ['threshold must be a number for a model folder without a null threshold']),
+]
+
+
+@pytest.mark.parametrize('call, kind, fragments', [row[1:] for row in BAD],
+                         ids=[row[0] for row in BAD])
+def test_bad_pipeline_input_raises_with_received(call, kind, fragments, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception) as err:
+        call()
+    message = str(err.value)
+    assert type(err.value) is kind, message
+    assert 'Received:' in message, message
+    assert '--' not in message.split('Received:')[0], message      # no command-line flag
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
