@@ -3,5 +3,15 @@
 Exported ``-inputs.json`` files name ``gluon_attention.fused.library_path()``; this module keeps
 that path (and ``available()``) working.
 """
-from .core.fused import (OP_NAME, available, build, fused_dot_attn, library_path,  # noqa: F401
-                         load, load_error, resolve, isa, cpu_features)
+from ._deprecated import module_getattr
+from .core.fused import (OP_NAME, available, build, library_path, load, load_error, isa,
+                         cpu_features)
+
+__all__ = ['OP_NAME', 'available', 'build', 'library_path', 'load', 'load_error', 'isa',
+           'cpu_features']
+
+__getattr__ = module_getattr(__name__, {
+    'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",
+                       '.core.fused:_fused_dot_attn'),
+    'resolve': ("Kernels(attention=...).resolve(ctx, attention_dropout).attention == 'fused'",
+                '.core.fused:_resolve')})

@@ -1,6 +1,7 @@
 """Fused multi-head attention: one C++ kernel (CPU, float32) instead of a chain of operators.
 
-:func:`fused_dot_attn` computes the context of
+:func:`_fused_dot_attn` (the ``'fused'`` backend of :func:`gluon_attention.attention`)
+computes the context of
 :func:`~gluon_attention.functional.multi_head_dot_attn` with key-padding lengths, without ever
 holding the (B, K, L_q, L_m) scores or weights: for each (batch, head), panels of query rows
 meet blocks of keys with an online softmax over the valid keys only, the scores staying in a
@@ -42,13 +43,13 @@ import os
 import mxnet as mx
 
 from .. import _checks
+from .._deprecated import module_getattr
 from . import layout as _layout
 from ._ops import get_F
 from .fused_build import build, library_path
 
-__all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve', 'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features',
-           'LIBRARY_OPS']
+__all__ = ['available', 'library_path', 'build', 'load', 'load_error', 'check_fused_inputs',
+           'refuse_off_cpu', 'isa', 'cpu_features', 'OP_NAME', 'LIBRARY_OPS']
 
 OP_NAME = 'ga_fused_attention'
 # Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
@@ -131,28 +132,24 @@ def load_error():
 
 
 def available():
-    """Whether :func:`fused_dot_attn` can run here (library built and loadable)."""
+    """Whether the fused kernel can run here (library built and loadable)."""
     return load()
 
 
-def resolve(option, attention_dropout=0.0, ctx=None):
-    """A ``fused_attention`` option (True, False or 'auto') -> bool.
-
-    'auto' is True when the kernel is available, ``attention_dropout`` is 0 and ``ctx`` (a
-    Context or a list of them; default the current context) is a CPU.
-    """
-    if isinstance(option, str) and option == 'auto':
-        if ctx is None:
-            ctx = mx.context.current_context()
-        contexts = ctx if isinstance(ctx, (list, tuple)) else [ctx]
-        return (not attention_dropout and all(c.device_type == 'cpu' for c in contexts)
-                and available())
-    return _checks.check_bool('fused_attention', option)
+def _resolve(option, attention_dropout=0.0, ctx=None):
+    """The deprecated ``resolve``: a ``fused_attention`` option (True, False or 'auto') -> bool,
+    by :meth:`gluon_attention.Kernels.resolve`."""
+    from .kernels import Kernels, from_legacy   # kernels imports this module
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        kernels = from_legacy('resolve', Kernels(), fused_attention=option)
+    return kernels.resolve(ctx, attention_dropout).attention == 'fused'
 
 
 def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
                        query_head_units=None, layout='NKT', **_):
-    """The argument checks of :func:`fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
+    """The argument checks of :func:`_fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
     them on its arrays too); nothing that needs values runs on symbols."""
     _checks.check_bool('scaled', scaled)
     _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
@@ -184,7 +181,7 @@ def refuse_off_cpu(what, alternative, **arrays):
 
 
 @_checks.validated_by(check_fused_inputs)
-def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
+def _fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
                    layout='NKT'):
     """Multi-head scaled dot-product attention in one fused kernel; returns the context only.
 
@@ -230,7 +227,7 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     if query_head_units is None and not _checks.is_symbol(query):
         query_head_units = query.shape[-1]
     if scaled and query_head_units is None:
-        _checks.fail('inside a graph, fused_dot_attn needs query_head_units for the scale',
+        _checks.fail('inside a graph, the fused kernel needs query_head_units for the scale',
                      query_head_units=None)
     scale = 1.0 / math.sqrt(query_head_units) if scaled else 1.0
     F = get_F(query)
@@ -241,3 +238,10 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
                               with_length=int(valid_length is not None))
     return out[0].as_np_ndarray()
 
+
+
+__getattr__ = module_getattr(__name__, {
+    'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",
+                       '.core.fused:_fused_dot_attn'),
+    'resolve': ("Kernels(attention=...).resolve(ctx, attention_dropout).attention == 'fused'",
+                '.core.fused:_resolve')})
