@@ -11,8 +11,6 @@ and does nothing else.
 """
 __version__ = '0.1.0'
 
-import importlib as _importlib
-
 from ._deprecated import module_getattr as _module_getattr
 from .core.backends import attention
 from .core.functional import multi_head_dot_attn
@@ -28,6 +26,10 @@ from .models.encoder import TransformerEncoderLayer, TransformerEncoder, BertEnc
 from .models.nli import DecomposableAttention
 from .models.qa import ModelForQAConditional, QAInference, qa_loss, qa_loss_parts
 from . import fused   # the documented path gluon_attention.fused (available(), library_path())
+from .compat import attend as _attend
+from .core import chunked as _chunked, functional as _functional, masking as _masking
+from .core import fused as _fused
+from .models import nli as _nli
 
 __all__ = [
     # attention functions
@@ -47,24 +49,24 @@ __all__ = [
 
 _DEPRECATED = {   # old top-level name: (replacement, where it lives)
     'mask_fill_like': ('gluon_attention.core.masking.mask_fill_like',
-                       '.core.masking:mask_fill_like'),
+                       lambda: _masking.mask_fill_like),
     'l2_normalize': ('gluon_attention.core.functional.l2_normalize',
-                     '.core.functional:l2_normalize'),
+                     lambda: _functional.l2_normalize),
     'dot_attn_score': ('gluon_attention.core.functional.dot_attn_score',
-                       '.core.functional:dot_attn_score'),
+                       lambda: _functional.dot_attn_score),
     'select_vectors_by_position': ('gluon_attention.core.functional.select_vectors_by_position',
-                                   '.core.functional:select_vectors_by_position'),
+                                   lambda: _functional.select_vectors_by_position),
     'chunked_dot_attn': ("gluon_attention.attention(..., backend='chunked')",
-                         '.core.chunked:_chunked_dot_attn'),
+                         lambda: _chunked._chunked_dot_attn),
     'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",
-                       '.core.fused:_fused_dot_attn'),
-    'mask3d': ('gluon_attention.compat.attend.mask3d', '.compat.attend:mask3d'),
+                       lambda: _fused._fused_dot_attn),
+    'mask3d': ('gluon_attention.compat.attend.mask3d', lambda: _attend.mask3d),
     'fill_context_mask': ('gluon_attention.compat.attend.fill_context_mask',
-                          '.compat.attend:fill_context_mask'),
-    'dot': ('gluon_attention.compat.attend.dot', '.compat.attend:dot'),
-    'Attend': ('gluon_attention.models.nli.Attend', '.models.nli:Attend'),
-    'Compare': ('gluon_attention.models.nli.Compare', '.models.nli:Compare'),
-    'Aggregate': ('gluon_attention.models.nli.Aggregate', '.models.nli:Aggregate'),
+                          lambda: _attend.fill_context_mask),
+    'dot': ('gluon_attention.compat.attend.dot', lambda: _attend.dot),
+    'Attend': ('gluon_attention.models.nli.Attend', lambda: _nli.Attend),
+    'Compare': ('gluon_attention.models.nli.Compare', lambda: _nli.Compare),
+    'Aggregate': ('gluon_attention.models.nli.Aggregate', lambda: _nli.Aggregate),
 }
 _deprecated_getattr = _module_getattr(__name__, _DEPRECATED)
 
@@ -73,13 +75,8 @@ def __getattr__(name):
     """``QAPredictor``, imported when first used (it needs the tokenizer package); the
     deprecated top-level names (DeprecationWarning)."""
     if name == 'QAPredictor':
-        try:
-            pipelines = _importlib.import_module('.pipelines', __name__)
-        except ModuleNotFoundError as err:
-            if err.name != __name__ + '.pipelines':
-                raise
-            pipelines = _importlib.import_module('.tasks.squad.predictor', __name__)
-        return pipelines.QAPredictor
+        from .tasks.squad.predictor import QAPredictor   # pylint: disable=import-outside-toplevel
+        return QAPredictor
     return _deprecated_getattr(name)
 
 

@@ -1,7 +1,6 @@
 """Public names replaced by an API change, kept for one release: a module's ``__getattr__``
 that returns the old name's object with a ``DeprecationWarning`` naming its replacement
 (listed in CHANGELOG.md)."""
-import importlib
 import sys
 import warnings
 
@@ -21,15 +20,13 @@ def caller_stacklevel():
 
 def module_getattr(module, table):
     """A module-level ``__getattr__`` for ``module`` (its ``__name__``) serving the names of
-    ``table``: ``{old name: (replacement, 'module:attribute' that holds the object)}``; the
-    module path is relative to the package when it starts with a dot. Other names raise
-    AttributeError as usual."""
+    ``table``: ``{old name: (replacement, a function returning the object)}``. Other names
+    raise AttributeError as usual."""
     def __getattr__(name):
         if name not in table:
             raise AttributeError('module {!r} has no attribute {!r}'.format(module, name))
         replacement, where = table[name]
         warnings.warn('{}.{} is deprecated and will be removed in the next release: use '
                       '{}'.format(module, name, replacement), DeprecationWarning, stacklevel=2)
-        path, attribute = where.split(':')
-        return getattr(importlib.import_module(path, 'gluon_attention'), attribute)
+        return where()
     return __getattr__

@@ -58,11 +58,17 @@ _TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
 
 
 def _resolve_backend(backend, attention_dropout=0.0, ctx=None):
-    """The deprecated ``resolve_backend``: ``Kernels(attention=backend).resolve(ctx,
+    """The deprecated ``resolve_backend``: as ``Kernels(attention=backend).resolve(ctx,
     attention_dropout).attention``."""
-    from .kernels import Kernels
-    return Kernels(attention=_checks.check_choice('backend', backend, ('auto',) + BACKENDS)) \
-        .resolve(ctx, attention_dropout).attention
+    _checks.check_choice('backend', backend, ('auto',) + BACKENDS)
+    if backend == 'auto':
+        return 'fused' if not attention_dropout and _fused.runs_on(ctx) else 'composed'
+    if backend != 'composed' and attention_dropout:
+        _checks.fail("backend '{}' has no attention dropout: use backend='composed' or "
+                     'attention_dropout=0'.format(backend), attention_dropout=attention_dropout)
+    if backend == 'fused' and not _fused.available():
+        raise RuntimeError(_fused.load_error())
+    return backend
 
 
 def _get_backend(name):
@@ -145,8 +151,9 @@ def _fused_backend(query, key, value, mask=None, edge_scores=None, valid_length=
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
     if scaled and query_head_units is None and _checks.is_symbol(query):
         query, scaled = query * inverse_sqrt_units(query), False
-    return _fused._fused_dot_attn(query, key, value, valid_length, scaled=scaled,
-                                  query_head_units=query_head_units, layout=layout), None
+    return _fused._fused_dot_attn(  # pylint: disable=protected-access
+        query, key, value, valid_length, scaled=scaled, query_head_units=query_head_units,
+        layout=layout), None
 
 
 @_checks.validated_by(_checker('chunked'))
@@ -160,7 +167,7 @@ def _chunked(query, key, value, mask=None, edge_scores=None, valid_length=None, 
     del use_einsum
     check_backend_call('chunked', query, mask, edge_scores, dropout)
     return _attend_in_chunks(query, key, value, mask, valid_length, chunk_size, scaled=scaled,
-                            normalized=normalized, eps=eps, query_head_units=query_head_units,
+                             normalized=normalized, eps=eps, query_head_units=query_head_units,
                             layout=layout), None
 
 
@@ -257,11 +264,10 @@ def attention(query, key, value, mask=None, edge_scores=None, valid_length=None,
 
 
 __getattr__ = module_getattr(__name__, {
-    'composed_attn': ("attention(..., backend='composed')", '.core.backends:_composed'),
-    'fused_attn': ("attention(..., backend='fused')", '.core.backends:_fused_backend'),
-    'chunked_attn': ("attention(..., backend='chunked')", '.core.backends:_chunked'),
-    'attend_in_chunks': ("attention(..., backend='chunked')",
-                         '.core.backends:_attend_in_chunks'),
-    'get_backend': ('attention(..., backend=name)', '.core.backends:_get_backend'),
+    'composed_attn': ("attention(..., backend='composed')", lambda: _composed),
+    'fused_attn': ("attention(..., backend='fused')", lambda: _fused_backend),
+    'chunked_attn': ("attention(..., backend='chunked')", lambda: _chunked),
+    'attend_in_chunks': ("attention(..., backend='chunked')", lambda: _attend_in_chunks),
+    'get_backend': ('attention(..., backend=name)', lambda: _get_backend),
     'resolve_backend': ('Kernels(attention=...).resolve(ctx, attention_dropout).attention',
-                        '.core.backends:_resolve_backend')})
+                        lambda: _resolve_backend)})

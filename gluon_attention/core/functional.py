@@ -222,8 +222,8 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
 
 
 def _compose_attention(query, key, value, mask=None, edge_scores=None, valid_length=None,
-                      dropout=0.0, scaled=True, normalized=False, eps=1e-6,
-                      query_head_units=None, layout='NKT', use_einsum=False, with_scores=True):
+                       dropout=0.0, scaled=True, normalized=False, eps=1e-6,
+                       query_head_units=None, layout='NKT', use_einsum=False, with_scores=True):
     """The composed computation behind :func:`multi_head_dot_attn` and the ``'composed'``
     backend (:mod:`~gluon_attention.core.backends`), unchecked: returns ``(context, scores,
     weights)``, ``scores`` None unless ``with_scores`` (building them costs one more
@@ -308,4 +308,4 @@ def select_vectors_by_position(data, positions):
 
 __getattr__ = module_getattr(__name__, {
     'compose_attention': ("gluon_attention.attention(..., backend='composed')",
-                          '.core.functional:_compose_attention')})
+                          lambda: _compose_attention)})

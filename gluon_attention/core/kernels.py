@@ -26,7 +26,7 @@ import numpy as onp
 from .. import _checks
 from .._deprecated import caller_stacklevel
 
-from . import fused as _fused
+from . import fused_library as _fused
 from .matmul import MATMUL_DTYPES, bfloat16_problem
 
 __all__ = ['Kernels', 'ATTENTION', 'ROWWISE', 'check_call', 'from_legacy']
@@ -40,10 +40,6 @@ ROWWISE = ('composed', 'fused')
 def _contexts(ctx):
     ctx = ctx if ctx is not None else mx.context.current_context()
     return list(ctx) if isinstance(ctx, (list, tuple)) else [ctx]
-
-
-def _on_cpu(ctx):
-    return all(c.device_type == 'cpu' for c in _contexts(ctx))
 
 
 class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul_dtype'))):
@@ -119,16 +115,16 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
             ``attention`` or ``rowwise`` 'fused' and the kernel library is not built or not
             loadable.
         """
-        cpu = _on_cpu(ctx)
+        fusable = _fused.runs_on(ctx)
         attention, rowwise = self.attention, self.rowwise
         if like is not None:
             attention = like.attention if attention == 'auto' else attention
             rowwise = like.rowwise if rowwise == 'auto' else rowwise
         if attention == 'auto':
-            fusable = not attention_dropout and not weights and cpu and _fused.available()
-            attention = 'fused' if fusable else 'composed'
+            attention = 'fused' if fusable and not attention_dropout and not weights \
+                else 'composed'
         if rowwise == 'auto':
-            rowwise = 'fused' if cpu and _fused.available() else 'composed'
+            rowwise = 'fused' if fusable else 'composed'
         resolved = Kernels(attention, rowwise, self.matmul_dtype)
         resolved._refuse(ctx, attention_dropout)
         return resolved

@@ -7,6 +7,7 @@ import os
 
 import mxnet as mx
 
+from ...core.kernels import Kernels
 from ...models.encoder import BertEncoder
 from ...models.qa import ModelForQAConditional
 from .data import check_freeze_layers
@@ -30,7 +31,7 @@ def build_model(model_dir, config, contexts, matmul_dtype='float32'):
     # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
     backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
                                            attention_dropout=config.attention_dropout,
-                                           matmul_dtype=matmul_dtype)
+                                           kernels=Kernels(matmul_dtype=matmul_dtype))
     model = ModelForQAConditional(backbone, units=backbone.config['units'],
                                   dropout=config.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
