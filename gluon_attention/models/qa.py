@@ -237,6 +237,12 @@ class QAInference(CheckedBlock):
         with self.name_scope():
             self.model = model
 
+    @property
+    def kernels(self):
+        """The resolved kernel choice of the model it runs (:class:`gluon_attention.Kernels`);
+        the graph adds no kernel of its own."""
+        return self.model.kernels
+
     def check_inputs(self, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
         _check_head_inputs(self.model, tokens, token_types, valid_length, p_mask)
         if tokens.ndim == 2 and tokens.shape[1] < max(self._top_n):
