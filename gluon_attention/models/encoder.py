@@ -558,7 +558,8 @@ class BertEncoder(CheckedBlock):
         config.update(overrides)
         config['kernels'] = _kernels('BertEncoder.from_pretrained', config.get('kernels'),
                                      config['attention_dropout'], ctx, **legacy)
-        block = cls(**config)
+        with contexts[0] or mx.current_context():   # the layers check it where they run
+            block = cls(**config)
         block.initialize(ctx=ctx)
         load_bert_tensors(block, tensors, source)
         return block
