@@ -176,6 +176,9 @@ class AdditiveAttention(Float32OnCPU):
     units : int
         Hidden size of the score MLP.
     dropout : float in [0, 1)
+    kernels : Kernels
+        Its ``attention`` field: 'composed' or 'auto' (the MLP score has no fused or chunked
+        backend; others raise ValueError). Default ``Kernels()``.
 
     Children ``query_proj`` (Dense(units), no bias), ``key_proj`` (Dense(units), no bias),
     ``score_proj`` (Dense(1), no bias); input sizes are inferred at the first call.
@@ -186,10 +189,12 @@ class AdditiveAttention(Float32OnCPU):
     call, or an input's dtype is not the parameters'.
     """
 
-    def __init__(self, units, dropout=0.0, **kwargs):
+    def __init__(self, units, dropout=0.0, kernels=Kernels(), **kwargs):
         super().__init__(**kwargs)
         self._units = _checks.check_positive_int('units', units)
         self._dropout = _checks.check_probability('dropout', dropout)
+        from_legacy(type(self).__name__, kernels).resolve(
+            attention_dropout=self._dropout, weights=True, serves=('composed',))
         with self.name_scope():
             self.query_proj = nn.Dense(units, use_bias=False, flatten=False, prefix='query_')
             self.key_proj = nn.Dense(units, use_bias=False, flatten=False, prefix='key_')

@@ -85,7 +85,8 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
         """Whether no field is 'auto'."""
         return 'auto' not in (self.attention, self.rowwise)
 
-    def resolve(self, ctx=None, attention_dropout=0.0, weights=False, like=None):
+    def resolve(self, ctx=None, attention_dropout=0.0, weights=False, like=None,
+                serves=ATTENTION):
         """This choice with 'auto' resolved for ``ctx``, after refusing what cannot run there.
 
         Parameters
@@ -99,6 +100,8 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
             the backend that holds them).
         like : Kernels, optional
             A resolved choice (e.g. a backbone's) whose fields replace the 'auto' ones.
+        serves : tuple of str
+            The attention backends the block can run ('auto' picks among them).
 
         Returns
         -------
@@ -108,7 +111,8 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
         Raises
         ------
         ValueError
-            ``attention`` 'fused' or 'chunked' with ``attention_dropout`` > 0; 'fused'
+            ``attention`` not in ``serves``; 'fused' or 'chunked' with ``attention_dropout``
+            > 0; 'fused'
             (``attention`` or ``rowwise``) or ``matmul_dtype='bfloat16'`` with a context that
             is not a CPU; 'bfloat16' where MXNet cannot run bfloat16 products.
         RuntimeError
@@ -122,15 +126,18 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
             rowwise = like.rowwise if rowwise == 'auto' else rowwise
         if attention == 'auto':
             attention = 'fused' if fusable and not attention_dropout and not weights \
-                else 'composed'
+                and 'fused' in serves else 'composed'
         if rowwise == 'auto':
             rowwise = 'fused' if fusable else 'composed'
         resolved = Kernels(attention, rowwise, self.matmul_dtype)
-        resolved._refuse(ctx, attention_dropout)
+        resolved._refuse(ctx, attention_dropout, serves)
         return resolved
 
-    def _refuse(self, ctx, attention_dropout):
+    def _refuse(self, ctx, attention_dropout, serves):
         """The construction-time refusals of :meth:`resolve` (see there)."""
+        if self.attention not in serves:
+            _checks.fail('this block runs attention {}'.format(' or '.join(
+                repr(s) for s in serves)), attention=self.attention)
         if self.attention != 'composed' and attention_dropout:
             _checks.fail("attention='{}' has no attention dropout: use attention='composed' "
                          'or attention_dropout=0'.format(self.attention),

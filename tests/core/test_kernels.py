@@ -15,6 +15,7 @@ from gluon_attention.core.fused_rowwise import DenseGELU
 needs_kernel = pytest.mark.skipif(not fused.available(), reason='the fused kernel is not built')
 BLOCKS = (ga.TransformerEncoderLayer, ga.TransformerEncoder, ga.BertEncoder,
           ga.MultiHeadAttentionCell, ga.MultiHeadAttention, ga.DotProductAttention,
+          ga.AdditiveAttention,
           ga.ResidualLayerNorm, DenseGELU, ga.ModelForQAConditional)
 
 
