@@ -10,7 +10,7 @@ from mxnet.gluon import HybridBlock
 import reference as ref
 from conftest import hybridize_mode, tol
 from gluon_attention import Kernels, MultiHeadAttentionCell, TransformerEncoder, attention
-from gluon_attention.core import backends, fused
+from gluon_attention.core import fused
 
 needs_kernel = pytest.mark.skipif(not fused.available(), reason='the fused kernel is not built')
 BACKENDS = ['composed', pytest.param('fused', marks=needs_kernel), 'chunked']
