@@ -4,6 +4,8 @@ import sys
 
 from .core import fused
 
+__all__ = ['main']
+
 
 def main(argv=None):
     """Returns the exit status: 0 on success, 1 when the kernel cannot be built or loaded."""

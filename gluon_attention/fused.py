@@ -3,5 +3,16 @@
 Exported ``-inputs.json`` files name ``gluon_attention.fused.library_path()``; this module keeps
 that path (and ``available()``) working.
 """
-from .core.fused import (OP_NAME, available, build, fused_dot_attn, library_path,  # noqa: F401
-                         load, load_error, resolve, isa, cpu_features)
+from ._deprecated import module_getattr
+from .core import fused as _fused
+from .core.fused import (OP_NAME, available, build, library_path, load, load_error, isa,
+                         cpu_features)
+
+__all__ = ['OP_NAME', 'available', 'build', 'library_path', 'load', 'load_error', 'isa',
+           'cpu_features']
+
+__getattr__ = module_getattr(__name__, {
+    'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",
+                       lambda: _fused._fused_dot_attn),  # pylint: disable=protected-access
+    'resolve': ("Kernels(attention=...).resolve(ctx, attention_dropout).attention == 'fused'",
+                lambda: _fused._resolve)})  # pylint: disable=protected-access

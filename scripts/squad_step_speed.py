@@ -51,13 +51,15 @@ def _model_dir(path):
 def _ours(args, ids, spans):
     import mxnet as mx
     from mxnet import autograd
+    from gluon_attention import Kernels
     from gluon_attention.models.encoder import BertEncoder
     from gluon_attention.models.qa import ModelForQAConditional, qa_loss
     from jobs.engine.distributed import DataParallel
     mx.npx.set_np()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
-        args.model_dir, attention_dropout=0.0, matmul_dtype=args.matmul_dtype,
-        fused_attention='auto' if args.impl == 'ours' else False))
+        args.model_dir, attention_dropout=0.0, kernels=Kernels(
+            attention='auto' if args.impl == 'ours' else 'composed',
+            matmul_dtype=args.matmul_dtype)))
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
         head.initialize(mx.init.Normal(0.02))
     model.backbone.word_embed.weight.grad_req = 'null'

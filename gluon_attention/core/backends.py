@@ -1,24 +1,25 @@
 """Attention backends: three interchangeable implementations of multi-head dot-product attention
-with one signature and one return structure, chosen once, when a block is built.
+behind one public function, :func:`attention`, with one signature and one return structure;
+blocks choose one once, when they are built (:class:`~gluon_attention.core.kernels.Kernels`).
 
-Every backend is a function ::
+:func:`attention` is ::
 
-    backend(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
-            scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
-            use_einsum=False, chunk_size=512) -> (context, weights or None)
+    attention(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+              scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+              use_einsum=False, chunk_size=512, backend='composed') -> (context, weights or None)
 
 with the arguments and the context of :func:`~gluon_attention.core.functional.
 multi_head_dot_attn`; ``weights`` are the (B, K, L_q, L_m) attention weights (after dropout)
-where the backend holds them whole, ``None`` where it never does:
+where the backend holds them whole, ``None`` where it never does. The backends (private
+functions of the same signature, without ``backend``):
 
-- ``'composed'`` (:func:`composed_attn`): MXNet operators, any device and float dtype, masks,
-  edge scores, lengths (no mask tensor built from them), attention dropout; returns the weights.
-  The raw scores of :func:`~gluon_attention.core.functional.multi_head_dot_attn` are not built.
-- ``'fused'`` (:func:`fused_attn`): the C++ kernel of :mod:`gluon_attention.core.fused` (CPU,
-  float32, key padding as ``valid_length`` only, no dropout); weights ``None``.
-- ``'chunked'`` (:func:`chunked_attn`): the composed operators ``chunk_size`` query rows at a
-  time (:func:`attend_in_chunks`, as :func:`~gluon_attention.core.chunked.chunked_dot_attn`),
-  imperatively only; masks and lengths, no edge scores or dropout; weights ``None``.
+- ``'composed'``: MXNet operators, any device and float dtype, masks, edge scores, lengths (no
+  mask tensor built from them), attention dropout; returns the weights. The raw scores of
+  :func:`~gluon_attention.core.functional.multi_head_dot_attn` are not built.
+- ``'fused'``: the C++ kernel of :mod:`gluon_attention.core.fused` (CPU, float32, key padding
+  as ``valid_length`` only, no dropout); weights ``None``.
+- ``'chunked'``: the composed operators ``chunk_size`` query rows at a time, imperatively
+  only; masks and lengths, no edge scores or dropout; weights ``None``.
 
 ``use_einsum`` only changes how ``'composed'`` multiplies and ``chunk_size`` only applies to
 ``'chunked'``; the other backends ignore them.
@@ -30,49 +31,38 @@ CPU or not float32 for ``'fused'`` (TypeError for the dtype), symbols (a graph) 
 ``'chunked'``. Blocks refuse the construction-time cases (dropout, a missing kernel library) when
 they are built.
 
-**'auto'** (:func:`resolve_backend`) is resolved once, where a block is built: ``'fused'`` when
-the kernel library is loadable, the attention dropout is 0 and the context (the one given, or
-the current context) is a CPU; ``'composed'`` otherwise. It never picks ``'chunked'`` (a memory
-bound bought with time, and imperative only).
+**'auto'** is a choice of the blocks (``Kernels(attention='auto')``), resolved once, where a
+block is built, by :meth:`gluon_attention.Kernels.resolve`; :func:`attention` takes a backend
+by name.
+
+Deprecated names (DeprecationWarning, removed in the next release): ``composed_attn``,
+``fused_attn``, ``chunked_attn`` and ``get_backend(name)`` (use ``attention(...,
+backend=name)``), ``attend_in_chunks`` (``attention(..., backend='chunked')``),
+``resolve_backend`` (``Kernels(attention=...).resolve(...)``).
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
 import mxnet as mx
 
 from .. import _checks
+from .._deprecated import module_getattr
 
 from . import fused as _fused, layout as _layout
 from ._ops import float32_on_cpu
-from .functional import compose_attention, inverse_sqrt_units, l2_normalize
+from .functional import _compose_attention, inverse_sqrt_units, l2_normalize
 
-__all__ = ['BACKENDS', 'resolve_backend', 'get_backend', 'composed_attn', 'fused_attn',
-           'chunked_attn', 'check_backend_call', 'attend_in_chunks']
+__all__ = ['BACKENDS', 'attention', 'check_backend_call']
 
 BACKENDS = ('composed', 'fused', 'chunked')
 _TIME_AXIS = {'NKT': 2, 'NTK': 1, 'TNK': 0}
 
 
-def resolve_backend(backend, attention_dropout=0.0, ctx=None):
-    """``'auto'`` or a name of :data:`BACKENDS` -> that name (see the module docstring).
-
-    Parameters
-    ----------
-    backend : {'auto', 'composed', 'fused', 'chunked'}
-    attention_dropout : float
-        The dropout the block applies to its weights ('auto' takes 'composed' when > 0).
-    ctx : mxnet.Context or list of Context, optional
-        Where the block will run; the current context by default.
-
-    Raises
-    ------
-    ValueError
-        An unknown name; ``'fused'`` or ``'chunked'`` with ``attention_dropout`` > 0.
-    RuntimeError
-        ``'fused'`` and the kernel library is not built or not loadable.
-    """
+def _resolve_backend(backend, attention_dropout=0.0, ctx=None):
+    """The deprecated ``resolve_backend``: as ``Kernels(attention=backend).resolve(ctx,
+    attention_dropout).attention``."""
     _checks.check_choice('backend', backend, ('auto',) + BACKENDS)
     if backend == 'auto':
-        return 'fused' if _fused.resolve('auto', attention_dropout, ctx) else 'composed'
+        return 'fused' if not attention_dropout and _fused.runs_on(ctx) else 'composed'
     if backend != 'composed' and attention_dropout:
         _checks.fail("backend '{}' has no attention dropout: use backend='composed' or "
                      'attention_dropout=0'.format(backend), attention_dropout=attention_dropout)
@@ -81,10 +71,9 @@ def resolve_backend(backend, attention_dropout=0.0, ctx=None):
     return backend
 
 
-def get_backend(name):
+def _get_backend(name):
     """The function of backend ``name`` (one of :data:`BACKENDS`); ValueError otherwise."""
-    return {'composed': composed_attn, 'fused': fused_attn,
-            'chunked': chunked_attn}[_checks.check_choice('backend', name, BACKENDS)]
+    return _IMPLEMENTATIONS[_checks.check_choice('backend', name, BACKENDS)]
 
 
 def _refuse(backend, what, alternative, **received):
@@ -132,14 +121,14 @@ def _checker(backend):
 
 @_checks.validated_by(_checker('composed'))
 @float32_on_cpu
-def composed_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+def _composed(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
                   scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
                   use_einsum=False, chunk_size=512):
     """The ``'composed'`` backend: ``(context, weights)``, weights (B, K, L_q, L_m) after
-    dropout, in the inputs' dtype. Arguments, shapes and errors: the module docstring and
-    :func:`~gluon_attention.core.functional.multi_head_dot_attn`; ``chunk_size`` is ignored."""
+    dropout, in the inputs' dtype. Arguments, shapes and errors: :func:`attention`;
+    ``chunk_size`` is ignored."""
     del chunk_size
-    context, _, weights = compose_attention(
+    context, _, weights = _compose_attention(
         query, key, value, mask, edge_scores, valid_length, dropout=dropout, scaled=scaled,
         normalized=normalized, eps=eps, query_head_units=query_head_units, layout=layout,
         use_einsum=use_einsum, with_scores=False)
@@ -147,11 +136,11 @@ def composed_attn(query, key, value, mask=None, edge_scores=None, valid_length=N
 
 
 @_checks.validated_by(_checker('fused'))
-def fused_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+def _fused_backend(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
                scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
                use_einsum=False, chunk_size=512):
-    """The ``'fused'`` backend: ``(context, None)`` by
-    :func:`gluon_attention.core.fused.fused_dot_attn` (``normalized`` L2-normalises query and
+    """The ``'fused'`` backend: ``(context, None)`` by the kernel of
+    :mod:`gluon_attention.core.fused` (``normalized`` L2-normalises query and
     key first). Inside a graph without ``query_head_units`` the scale 1/sqrt(C_k) is read from
     the query's shape and folded into it. Refuses what the module docstring lists (a ``mask``,
     ``edge_scores``, ``dropout``; off-CPU or non-float32 arrays); ``use_einsum`` and
@@ -162,35 +151,35 @@ def fused_attn(query, key, value, mask=None, edge_scores=None, valid_length=None
         query, key = l2_normalize(query, eps=eps), l2_normalize(key, eps=eps)
     if scaled and query_head_units is None and _checks.is_symbol(query):
         query, scaled = query * inverse_sqrt_units(query), False
-    return _fused.fused_dot_attn(query, key, value, valid_length, scaled=scaled,
-                                 query_head_units=query_head_units, layout=layout), None
+    return _fused._fused_dot_attn(  # pylint: disable=protected-access
+        query, key, value, valid_length, scaled=scaled, query_head_units=query_head_units,
+        layout=layout), None
 
 
 @_checks.validated_by(_checker('chunked'))
-def chunked_attn(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+def _chunked(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
                  scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
                  use_einsum=False, chunk_size=512):
     """The ``'chunked'`` backend: ``(context, None)``, ``chunk_size`` query rows at a time
-    (:func:`attend_in_chunks`; checked, the same computation as
-    :func:`gluon_attention.core.chunked.chunked_dot_attn`, which takes lengths or a mask),
-    imperative only. Refuses ``edge_scores``, ``dropout`` and symbols (ValueError);
+    (:func:`_attend_in_chunks`, checked), imperative only. Refuses ``edge_scores``,
+    ``dropout`` and symbols (ValueError);
     ``use_einsum`` is ignored."""
     del use_einsum
     check_backend_call('chunked', query, mask, edge_scores, dropout)
-    return attend_in_chunks(query, key, value, mask, valid_length, chunk_size, scaled=scaled,
-                            normalized=normalized, eps=eps, query_head_units=query_head_units,
+    return _attend_in_chunks(query, key, value, mask, valid_length, chunk_size, scaled=scaled,
+                             normalized=normalized, eps=eps, query_head_units=query_head_units,
                             layout=layout), None
 
 
 @float32_on_cpu
-def attend_in_chunks(query, key, value, mask=None, valid_length=None, chunk_size=512,
+def _attend_in_chunks(query, key, value, mask=None, valid_length=None, chunk_size=512,
                      synchronize=True, scaled=True, normalized=False, eps=1e-6,
                      query_head_units=None, layout='NKT'):
     """The composed attention ``chunk_size`` query rows at a time, concatenated (arrays only,
     unchecked): a (B, L_q, L_m) mask and (B, L_q) lengths are sliced with the query rows,
     (B, 1, L_m) masks and (B,) lengths apply to every chunk. ``synchronize`` waits for each
     chunk before issuing the next, so MXNet's asynchronous engine cannot hold the buffers of
-    several chunks at once. Returns the context, as :func:`composed_attn` would."""
+    several chunks at once. Returns the context, as the 'composed' backend would."""
     time_axis = _TIME_AXIS[layout]
     length = query.shape[time_axis]
     if query_head_units is None:
@@ -203,7 +192,7 @@ def attend_in_chunks(query, key, value, mask=None, valid_length=None, chunk_size
         part_length = valid_length
         if valid_length is not None and valid_length.ndim == 2:
             part_length = valid_length[:, rows]                               # (B, chunk)
-        context = compose_attention(part, key, value, part_mask, None, part_length, scaled=scaled,
+        context = _compose_attention(part, key, value, part_mask, None, part_length, scaled=scaled,
                                     normalized=normalized, eps=eps,
                                     query_head_units=query_head_units, layout=layout,
                                     with_scores=False)[0]
@@ -211,3 +200,74 @@ def attend_in_chunks(query, key, value, mask=None, valid_length=None, chunk_size
             context.wait_to_read()
         contexts.append(context)
     return mx.np.concatenate(contexts, axis=0 if layout == 'TNK' else 1)
+
+
+_IMPLEMENTATIONS = {'composed': _composed, 'fused': _fused_backend, 'chunked': _chunked}
+
+
+def attention(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
+              scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
+              use_einsum=False, chunk_size=512, backend='composed'):
+    """Multi-head dot-product attention by the chosen backend: ``(context, weights or None)``.
+
+    The one attention function of the library (Vaswani et al. 2017, section 3.2.2; the fused
+    backend follows the FlashAttention scheme of Dao et al. 2022). Equivalent computation::
+
+        scores = (query @ key.T) / sqrt(C_k) + edge_scores       # per head, (B, K, L_q, L_m)
+        weights = dropout(masked_softmax(scores, mask & (j < valid_length)))
+        context = merge_heads(weights @ value)
+
+    Parameters
+    ----------
+    query : float (B, K, L_q, C_k) ``NKT`` | (B, L_q, K, C_k) ``NTK`` | (L_q, B, K, C_k) ``TNK``
+    key : float, as ``query`` with L_m
+    value : float, as ``key`` with C_v
+    mask : bool or 0/1 (B, L_q, L_m) or (B, 1, L_m), optional
+        1 = attend. 'composed' and 'chunked' only.
+    edge_scores : float, broadcastable to (B, K, L_q, L_m), optional
+        Added to the raw scores (before the scale). 'composed' only.
+    valid_length : integer (B,) or (B, L_q), optional
+        Memory lengths: query row i of sequence b attends memory positions j < valid_length[b]
+        (or [b, i]); never a 0/1 mask (refused).
+    dropout : float in [0, 1)
+        Dropout on the weights (training mode). 'composed' only.
+    scaled, normalized, eps, query_head_units, layout, use_einsum
+        As in :func:`gluon_attention.multi_head_dot_attn` (``use_einsum``: 'composed' only).
+    chunk_size : int
+        Query rows per chunk ('chunked' only).
+    backend : {'composed', 'fused', 'chunked'}
+        'composed': MXNet operators (any device, float dtype, mask, edge scores, dropout);
+        'fused': the C++ kernel (CPU, float32, ``valid_length`` only; no (B, K, L_q, L_m)
+        tensor in either pass); 'chunked': the composed operators ``chunk_size`` query rows
+        at a time, imperatively only.
+
+    Returns
+    -------
+    context : (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK, the inputs' dtype
+    weights : (B, K, L_q, L_m) after dropout with 'composed'; None with 'fused', 'chunked'
+
+    Raises
+    ------
+    ValueError
+        An unknown ``backend``; a call the backend cannot serve (module docstring: a mask or
+        edge scores for 'fused', edge scores for 'chunked', dropout for either, arrays off the
+        CPU for 'fused', symbols for 'chunked'), never a silent switch; bad shapes or lengths
+        as :func:`gluon_attention.multi_head_dot_attn`.
+    TypeError
+        Non-float inputs; not float32 for 'fused'.
+    RuntimeError
+        'fused' and the kernel library is not built or not loadable.
+    """
+    implementation = _IMPLEMENTATIONS[_checks.check_choice('backend', backend, BACKENDS)]
+    return implementation(query, key, value, mask, edge_scores, valid_length, dropout, scaled,
+                          normalized, eps, query_head_units, layout, use_einsum, chunk_size)
+
+
+__getattr__ = module_getattr(__name__, {
+    'composed_attn': ("attention(..., backend='composed')", lambda: _composed),
+    'fused_attn': ("attention(..., backend='fused')", lambda: _fused_backend),
+    'chunked_attn': ("attention(..., backend='chunked')", lambda: _chunked),
+    'attend_in_chunks': ("attention(..., backend='chunked')", lambda: _attend_in_chunks),
+    'get_backend': ('attention(..., backend=name)', lambda: _get_backend),
+    'resolve_backend': ('Kernels(attention=...).resolve(ctx, attention_dropout).attention',
+                        lambda: _resolve_backend)})

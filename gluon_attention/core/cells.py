@@ -26,7 +26,8 @@ from .. import _checks
 from . import backends as _backends, fused as _fused, layout as _layout
 from ._ops import get_F, to_float32
 from .base import Float32OnCPU, check_dense_inputs
-from .functional import inverse_sqrt_units, zero_unattended
+from .functional import zero_unattended
+from .kernels import Kernels, from_legacy
 from .masking import length_mask
 from .softmax import masked_softmax
 
@@ -45,6 +46,59 @@ def context_and_weights(scores, value, mask, dropout):
     if dropout:
         weights = F.npx.dropout(weights, p=dropout)
     return F.npx.batch_dot(weights, zero_unattended(value, mask)), weights
+
+
+def _one_head(*tensors):
+    """(B, L, C) -> (B, L, 1, C): one head in the NTK layout of the backends."""
+    return [get_F(x).np.expand_dims(x, 2) for x in tensors]
+
+
+class _BackendChoice:
+    """An attention block whose backend (``kernels.attention``) is fixed when it is built, and
+    whose weights are ``None`` with a backend that never holds them (a graph cannot output
+    None); a 'chunked' block runs imperatively even when hybridized (it slices L_q)."""
+
+    def _choose_backend(self, kernels, dropout, backend=None):
+        # a deprecated backend='auto' keeps its meaning: the fused kernel where it runs
+        kernels = from_legacy(type(self).__name__, kernels, backend=backend)
+        # not self._backend: HybridBlock.hybridize(backend=...) owns that name
+        self._attention_backend = kernels.resolve(attention_dropout=dropout,
+                                                  weights=backend is None).attention
+        self._attend = _backends._get_backend(  # pylint: disable=protected-access
+            self._attention_backend)
+
+    @property
+    def backend(self):
+        """The backend the block runs: 'composed', 'fused' or 'chunked' ('auto' resolved)."""
+        return self._attention_backend
+
+    def forward(self, query, *args):  # pylint: disable=arguments-differ
+        out = super().forward(query, *args)
+        if self._attention_backend == 'composed':
+            return out
+        return out, None
+
+    def _run(self, *inputs):
+        if self._attention_backend == 'chunked' and isinstance(inputs[0], mx.nd.NDArray):
+            return self._run_imperatively(*inputs)      # it slices L_q: never a cached graph
+        return super()._run(*inputs)
+
+    def _check_backend_call(self, query, key, value, mask=None, edge_scores=None,
+                            valid_length=None):
+        """The backend's refusals of one call on per-head arrays in ``self._options``'s
+        layout (a ``mask`` or ``edge_scores`` the backend cannot take, arrays off the CPU or
+        not float32 for 'fused'), then the shape checks of per-head inputs."""
+        options = self._options
+        _backends.check_backend_call(self._attention_backend, query, mask, edge_scores,
+                                     options['dropout'])
+        checks = dict(valid_length=valid_length, scaled=options['scaled'],
+                      query_head_units=options.get('query_head_units'),
+                      layout=options['layout'])
+        if self._attention_backend == 'fused':
+            _fused.check_fused_inputs(*(to_float32(x) for x in (query, key, value)), **checks)
+        else:
+            _layout.check_per_head_inputs(query, key, value, mask=mask, edge_scores=edge_scores,
+                                          **checks)
 
 
 def _check_qkv(query, key, value, valid_length, scores_need_same_size=True, num_heads=1):
@@ -67,20 +121,25 @@ def _check_qkv(query, key, value, valid_length, scores_need_same_size=True, num_
 
 
 @mx.util.use_np
-class DotProductAttention(Float32OnCPU):
+class DotProductAttention(_BackendChoice, Float32OnCPU):
     """Scaled dot-product attention (Luong et al. 2015; Vaswani et al. 2017), parameter-free.
 
     Parameters
     ----------
     dropout : float in [0, 1)
-        Dropout on the attention weights (training mode only).
+        Dropout on the attention weights (training mode only; 'composed' only).
     scaled : bool
         Divide the scores by sqrt(C), C the query's last dimension.
+    kernels : Kernels
+        Its ``attention`` field is the backend (:func:`gluon_attention.attention`), fixed
+        here; 'auto' keeps 'composed', the backend that returns the weights. Default
+        ``Kernels()``.
 
     Call ``(query (B, L_q, C), key (B, L_m, C), value (B, L_m, C_v), valid_length=None)`` where
     ``valid_length`` is integer (B,) or (B, L_q): keys at positions >= it are masked.
-    Returns ``(context (B, L_q, C_v), weights (B, L_q, L_m))``, in the inputs' dtype. Raises as
-    described in the module docstring.
+    Returns ``(context (B, L_q, C_v), weights (B, L_q, L_m))``, in the inputs' dtype; weights
+    ``None`` with the 'fused' and 'chunked' backends. Raises as described in the module
+    docstring, and as :class:`MultiHeadAttentionCell` for what its backend cannot serve.
 
     Equivalent computation::
 
@@ -89,20 +148,23 @@ class DotProductAttention(Float32OnCPU):
         context = dropout(weights) @ value
     """
 
-    def __init__(self, dropout=0.0, scaled=True, **kwargs):
+    def __init__(self, dropout=0.0, scaled=True, kernels=Kernels(), **kwargs):
         super().__init__(**kwargs)
-        self._dropout = _checks.check_probability('dropout', dropout)
-        self._scaled = _checks.check_bool('scaled', scaled)
+        self._choose_backend(kernels, _checks.check_probability('dropout', dropout))
+        self._options = dict(dropout=dropout, scaled=_checks.check_bool('scaled', scaled),
+                             layout='NTK')
 
     def check_inputs(self, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length)
+        if self._attention_backend == 'fused':           # its dtype and device
+            self._check_backend_call(*_one_head(query, key, value), valid_length=valid_length)
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
-        if self._scaled:
-            query = query * inverse_sqrt_units(query)
-        scores = F.npx.batch_dot(query, key, transpose_b=True)               # (B, L_q, L_m)
-        mask = None if valid_length is None else length_mask(key, valid_length)
-        return context_and_weights(scores, value, mask, self._dropout)
+        context, weights = self._attend(*_one_head(query, key, value), None, None, valid_length,
+                                        **self._options)              # (B, L_q, C_v)
+        if weights is None:
+            return context
+        return context, F.np.squeeze(weights, 1)                     # (B, L_q, L_m)
 
 
 @mx.util.use_np
@@ -114,6 +176,9 @@ class AdditiveAttention(Float32OnCPU):
     units : int
         Hidden size of the score MLP.
     dropout : float in [0, 1)
+    kernels : Kernels
+        Its ``attention`` field: 'composed' or 'auto' (the MLP score has no fused or chunked
+        backend; others raise ValueError). Default ``Kernels()``.
 
     Children ``query_proj`` (Dense(units), no bias), ``key_proj`` (Dense(units), no bias),
     ``score_proj`` (Dense(1), no bias); input sizes are inferred at the first call.
@@ -124,10 +189,12 @@ class AdditiveAttention(Float32OnCPU):
     call, or an input's dtype is not the parameters'.
     """
 
-    def __init__(self, units, dropout=0.0, **kwargs):
+    def __init__(self, units, dropout=0.0, kernels=Kernels(), **kwargs):
         super().__init__(**kwargs)
         self._units = _checks.check_positive_int('units', units)
         self._dropout = _checks.check_probability('dropout', dropout)
+        from_legacy(type(self).__name__, kernels).resolve(
+            attention_dropout=self._dropout, weights=True, serves=('composed',))
         with self.name_scope():
             self.query_proj = nn.Dense(units, use_bias=False, flatten=False, prefix='query_')
             self.key_proj = nn.Dense(units, use_bias=False, flatten=False, prefix='key_')
@@ -146,7 +213,7 @@ class AdditiveAttention(Float32OnCPU):
 
 
 @mx.util.use_np
-class MultiHeadAttentionCell(Float32OnCPU):
+class MultiHeadAttentionCell(_BackendChoice, Float32OnCPU):
     """Parameter-free multi-head dot-product attention over per-head inputs, by one of the
     attention backends (:mod:`gluon_attention.core.backends`), chosen when the cell is built.
 
@@ -161,16 +228,21 @@ class MultiHeadAttentionCell(Float32OnCPU):
         Dropout on the weights, training mode only ('composed' only).
     scaled, normalized, eps, layout, use_einsum
         As in :func:`gluon_attention.multi_head_dot_attn` (``use_einsum``: 'composed' only).
-    backend : {'composed', 'fused', 'chunked', 'auto'}
-        The implementation, fixed for the cell's life: ``'composed'`` (MXNet operators; any
-        device, dtype, mask, edge scores, dropout), ``'fused'`` (the C++ kernel of
-        :mod:`gluon_attention.fused`: CPU, float32, ``valid_length`` only, no L_q x L_m memory),
-        ``'chunked'`` (the composed operators ``chunk_size`` query rows at a time; runs
-        imperatively even when hybridized, so not inside another block's graph), or ``'auto'``:
-        ``'fused'`` when the kernel is built, ``attention_dropout`` is 0 and the current
-        context is a CPU, else ``'composed'`` (resolved here, once; :attr:`backend` tells).
+    kernels : Kernels
+        Its ``attention`` field is the implementation, fixed for the cell's life:
+        ``'composed'`` (MXNet operators; any device, dtype, mask, edge scores, dropout),
+        ``'fused'`` (the C++ kernel of :mod:`gluon_attention.fused`: CPU, float32,
+        ``valid_length`` only, no L_q x L_m memory), ``'chunked'`` (the composed operators
+        ``chunk_size`` query rows at a time; runs imperatively even when hybridized, so not
+        inside another block's graph), or ``'auto'``, resolved here, once, by
+        :meth:`gluon_attention.Kernels.resolve` (a cell returns weights, so 'auto' is
+        'composed'; an encoder hands its cells its resolved choice). :attr:`backend` tells.
+        Default ``Kernels()``.
     chunk_size : int
         Query rows per chunk of the ``'chunked'`` backend.
+    backend : {'composed', 'fused', 'chunked', 'auto'}, optional
+        Deprecated (DeprecationWarning): ``kernels=Kernels(attention=...)``; 'auto' keeps its
+        old meaning ('fused' where the kernel runs and ``attention_dropout`` is 0).
 
     Call ``(query, key, value, mask=None, edge_scores=None, valid_length=None)`` with per-head
     tensors in ``layout``: query (B, K, L_q, C_k) ``NKT`` | (B, L_q, K, C_k) ``NTK`` |
@@ -200,8 +272,8 @@ class MultiHeadAttentionCell(Float32OnCPU):
     """
 
     def __init__(self, query_units=None, num_heads=None, attention_dropout=0.0, scaled=True,
-                 normalized=False, eps=1e-6, layout='NTK', use_einsum=False, backend='composed',
-                 chunk_size=512, **kwargs):
+                 normalized=False, eps=1e-6, layout='NTK', use_einsum=False, kernels=Kernels(),
+                 chunk_size=512, backend=None, **kwargs):
         super().__init__(**kwargs)
         self._layout = _layout.check_layout(layout)
         query_head_units = None
@@ -216,9 +288,7 @@ class MultiHeadAttentionCell(Float32OnCPU):
                              query_units=query_units, num_heads=num_heads)
             query_head_units = query_units // num_heads
         dropout = _checks.check_probability('attention_dropout', attention_dropout)
-        # not self._backend: HybridBlock.hybridize(backend=...) owns that name
-        self._attention_backend = _backends.resolve_backend(backend, dropout)
-        self._attend = _backends.get_backend(self._attention_backend)
+        self._choose_backend(kernels, dropout, backend)
         self._options = dict(dropout=dropout, scaled=_checks.check_bool('scaled', scaled),
                              normalized=_checks.check_bool('normalized', normalized), eps=eps,
                              query_head_units=query_head_units, layout=layout,
@@ -230,34 +300,9 @@ class MultiHeadAttentionCell(Float32OnCPU):
         """The attention layout, one of 'NKT', 'NTK', 'TNK'."""
         return self._layout
 
-    @property
-    def backend(self):
-        """The backend the cell runs: 'composed', 'fused' or 'chunked' ('auto' resolved)."""
-        return self._attention_backend
-
-    def forward(self, query, *args):  # pylint: disable=arguments-differ
-        out = super().forward(query, *args)
-        if self._attention_backend == 'composed':
-            return out
-        return out, None                                 # a graph cannot output None
-
-    def _run(self, *inputs):
-        if self._attention_backend == 'chunked' and isinstance(inputs[0], mx.nd.NDArray):
-            return self._run_imperatively(*inputs)      # it slices L_q: never a cached graph
-        return super()._run(*inputs)
-
     def check_inputs(self, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
                      valid_length=None):
-        options = self._options
-        _backends.check_backend_call(self._attention_backend, query, mask, edge_scores,
-                                     options['dropout'])
-        checks = dict(valid_length=valid_length, scaled=options['scaled'],
-                      query_head_units=options['query_head_units'], layout=self._layout)
-        if self._attention_backend == 'fused':
-            _fused.check_fused_inputs(*(to_float32(x) for x in (query, key, value)), **checks)
-        else:
-            _layout.check_per_head_inputs(query, key, value, mask=mask, edge_scores=edge_scores,
-                                          **checks)
+        self._check_backend_call(query, key, value, mask, edge_scores, valid_length)
 
     def hybrid_forward(self, F, query, key, value, mask=None, edge_scores=None,  # pylint: disable=arguments-differ
                        valid_length=None):
@@ -267,7 +312,7 @@ class MultiHeadAttentionCell(Float32OnCPU):
 
 
 @mx.util.use_np
-class MultiHeadAttention(Float32OnCPU):
+class MultiHeadAttention(_BackendChoice, Float32OnCPU):
     """Multi-head attention with query/key/value/output projections (Vaswani et al. 2017).
 
     Parameters
@@ -280,35 +325,45 @@ class MultiHeadAttention(Float32OnCPU):
         Dropout on the attention weights.
     use_bias : bool
         Bias in the four projections.
+    kernels : Kernels
+        Its ``attention`` field is the backend of the attention cell, as in
+        :class:`MultiHeadAttentionCell` ('auto' keeps 'composed'). Default ``Kernels()``.
 
     Call ``(query (B, L_q, C_q), key (B, L_m, C_k), value (B, L_m, C_v), valid_length=None)``,
     ``valid_length`` integer (B,) or (B, L_q) masking memory positions. Returns
-    ``(output (B, L_q, units), weights (B, K, L_q, L_m))``. Raises as described in the
+    ``(output (B, L_q, units), weights (B, K, L_q, L_m))``, weights ``None`` with the 'fused'
+    and 'chunked' backends. Raises as described in the
     module docstring; also when a feature size changes after the first call, or an input's dtype
     is not the parameters'.
     """
 
-    def __init__(self, units, num_heads, dropout=0.0, use_bias=False, **kwargs):
+    def __init__(self, units, num_heads, dropout=0.0, use_bias=False, kernels=Kernels(),
+                 **kwargs):
         super().__init__(**kwargs)
         _checks.check_positive_int('units', units)
         _checks.check_positive_int('num_heads', num_heads)
         if units % num_heads:
             _checks.fail('units must be divisible by num_heads', units=units,
                          num_heads=num_heads)
-        _checks.check_probability('dropout', dropout)
+        self._choose_backend(kernels, _checks.check_probability('dropout', dropout))
         self._num_heads, self._head_units = num_heads, units // num_heads
         with self.name_scope():
             self.query_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='query_')
             self.key_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='key_')
             self.value_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='value_')
             self.out_proj = nn.Dense(units, use_bias=use_bias, flatten=False, prefix='out_')
-            self.attention = MultiHeadAttentionCell(units, num_heads, dropout, layout='NTK')
+            self.attention = MultiHeadAttentionCell(units, num_heads, dropout, layout='NTK',
+                                                    kernels=Kernels(self._attention_backend))
 
     def check_inputs(self, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         _check_qkv(query, key, value, valid_length, scores_need_same_size=False,
                    num_heads=self._num_heads)
         check_dense_inputs(('query', query, self.query_proj), ('key', key, self.key_proj),
                            ('value', value, self.value_proj))
+        if self._attention_backend == 'fused':
+            _fused.refuse_off_cpu("the fused kernel (backend 'fused')", "build it with "
+                                  "Kernels(attention='composed') for arrays on other devices",
+                                  query=query)
 
     def hybrid_forward(self, F, query, key, value, valid_length=None):  # pylint: disable=arguments-differ
         heads = (-2, -2, self._num_heads, self._head_units)                   # (B, L, K, D/K)
@@ -317,4 +372,6 @@ class MultiHeadAttention(Float32OnCPU):
         value = F.npx.reshape(self.value_proj(value), heads)
         context, weights = self.attention(query, key_heads, value, None, None,
                                           valid_length)                        # (B, L_q, D)
+        if weights is None:
+            return self.out_proj(context)
         return self.out_proj(context), weights

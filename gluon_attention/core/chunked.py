@@ -1,8 +1,9 @@
 """Query-chunked multi-head attention: long sequences without an L_q x L_m score tensor.
 
-:func:`chunked_dot_attn` runs the composed attention (the ``'composed'`` backend, without raw
-scores) on slices of ``chunk_size`` query positions and concatenates the contexts, so the forward
-pass holds the weights of one chunk, (B, K, chunk_size, L_m), at a time; it is the
+:func:`_chunked_dot_attn` (deprecated public name ``chunked_dot_attn``; use
+:func:`gluon_attention.attention` with ``backend='chunked'``) runs the composed attention (the
+``'composed'`` backend, without raw scores) on slices of ``chunk_size`` query positions and
+concatenates the contexts, so the forward pass holds the weights of one chunk, (B, K, chunk_size, L_m), at a time; it is the
 ``'chunked'`` backend of :mod:`~gluon_attention.core.backends` with its arguments checked. Each
 query row's softmax only involves its own row, so the result is the unchunked result (same
 operators, same order of additions within a row).
@@ -13,18 +14,19 @@ Recomputing the chunk in the backward pass instead would cost one more forward o
 (about a third more time) and needs a custom ``autograd.Function`` per chunk whose backward
 re-runs the forward under ``autograd.record`` -- not provided here.
 
-For key-padding lengths on a CPU in float32, :func:`gluon_attention.fused.fused_dot_attn`
-computes the same context without any L_q x L_m tensor in either pass (and faster); this
-function is for general masks, float16 and GPUs.
+For key-padding lengths on a CPU in float32, the ``'fused'`` backend computes the same context
+without any L_q x L_m tensor in either pass (and faster); this function is for general masks,
+float16 and GPUs.
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
 from .. import _checks
+from .._deprecated import module_getattr
 
 from . import layout as _layout
-from .backends import attend_in_chunks
+from .backends import _attend_in_chunks
 
-__all__ = ['chunked_dot_attn']
+__all__ = []
 
 
 def _check_chunked(query, key, value, mask_or_valid_length, chunk_size, scaled,
@@ -47,9 +49,9 @@ def _check_chunked(query, key, value, mask_or_valid_length, chunk_size, scaled,
 
 
 @_checks.validated_by(_check_chunked)
-def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=512,
-                     scaled=True, normalized=False, eps=1e-6, query_head_units=None,
-                     layout='NKT', synchronize=True):
+def _chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=512,
+                      scaled=True, normalized=False, eps=1e-6, query_head_units=None,
+                      layout='NKT', synchronize=True):
     """Multi-head dot-product attention computed ``chunk_size`` query positions at a time.
 
     Parameters
@@ -86,6 +88,11 @@ def chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=51
     given = mask_or_valid_length
     lengths = given if given is not None and given.ndim == 1 else None          # (B,)
     mask = given if given is not None and given.ndim == 3 else None             # (B, ., L_m)
-    return attend_in_chunks(query, key, value, mask, lengths, chunk_size, synchronize,
-                            scaled=scaled, normalized=normalized, eps=eps,
-                            query_head_units=query_head_units, layout=layout)
+    return _attend_in_chunks(query, key, value, mask, lengths, chunk_size, synchronize,
+                             scaled=scaled, normalized=normalized, eps=eps,
+                             query_head_units=query_head_units, layout=layout)
+
+
+__getattr__ = module_getattr(__name__, {
+    'chunked_dot_attn': ("gluon_attention.attention(..., backend='chunked')",
+                         lambda: _chunked_dot_attn)})

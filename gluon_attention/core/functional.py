@@ -14,6 +14,7 @@ compute float16 CPU inputs in float32 and return float16 (imperatively; blocks d
 import math
 
 from .. import _checks
+from .._deprecated import module_getattr
 
 from . import layout as _layout
 from ._ops import float32_on_cpu, get_F
@@ -213,16 +214,16 @@ def multi_head_dot_attn(query, key, value, mask=None, edge_scores=None, dropout=
         weights = masked_softmax(scores / sqrt(C_k), mask[:, None], axis=-1)
         context = einsum('bnqm,bnmd->bqnd', dropout(weights), value).reshape(B, L_q, K*C_v)
     """
-    context, scores, weights = compose_attention(
+    context, scores, weights = _compose_attention(
         query, key, value, mask, edge_scores, valid_length, dropout=dropout, scaled=scaled,
         normalized=normalized, eps=eps, query_head_units=query_head_units, layout=layout,
         use_einsum=use_einsum)
     return context, [scores, weights]
 
 
-def compose_attention(query, key, value, mask=None, edge_scores=None, valid_length=None,
-                      dropout=0.0, scaled=True, normalized=False, eps=1e-6,
-                      query_head_units=None, layout='NKT', use_einsum=False, with_scores=True):
+def _compose_attention(query, key, value, mask=None, edge_scores=None, valid_length=None,
+                       dropout=0.0, scaled=True, normalized=False, eps=1e-6,
+                       query_head_units=None, layout='NKT', use_einsum=False, with_scores=True):
     """The composed computation behind :func:`multi_head_dot_attn` and the ``'composed'``
     backend (:mod:`~gluon_attention.core.backends`), unchecked: returns ``(context, scores,
     weights)``, ``scores`` None unless ``with_scores`` (building them costs one more
@@ -303,3 +304,8 @@ def select_vectors_by_position(data, positions):
     batch = F.npx.arange_like(positions, axis=0).astype('int32')            # (B,)
     batch = F.np.expand_dims(batch, -1) + F.np.zeros_like(positions)         # (B, N)
     return F.npx.gather_nd(data, F.np.stack([batch, positions], axis=0))
+
+
+__getattr__ = module_getattr(__name__, {
+    'compose_attention': ("gluon_attention.attention(..., backend='composed')",
+                          lambda: _compose_attention)})

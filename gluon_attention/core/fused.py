@@ -1,6 +1,7 @@
 """Fused multi-head attention: one C++ kernel (CPU, float32) instead of a chain of operators.
 
-:func:`fused_dot_attn` computes the context of
+:func:`_fused_dot_attn` (the ``'fused'`` backend of :func:`gluon_attention.attention`)
+computes the context of
 :func:`~gluon_attention.functional.multi_head_dot_attn` with key-padding lengths, without ever
 holding the (B, K, L_q, L_m) scores or weights: for each (batch, head), panels of query rows
 meet blocks of keys with an online softmax over the valid keys only, the scores staying in a
@@ -19,7 +20,8 @@ file per instruction set, each with its own compiler flags) against the headers 
 Graphs exported with it name that operator: load them after ``import gluon_attention`` (or
 ``mx.library.load(gluon_attention.fused.library_path())``). The same library holds the
 row-wise operators of :mod:`gluon_attention.core.fused_rowwise` (:data:`LIBRARY_OPS` lists
-them all).
+them all). Loading the library and probing the CPU: :mod:`gluon_attention.core.fused_library`
+(re-exported here).
 
 Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
@@ -35,124 +37,35 @@ flush-to-zero gets zeros there, on both paths alike.
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
-import ctypes
 import math
-import os
 
 import mxnet as mx
 
 from .. import _checks
+from .._deprecated import module_getattr
 from . import layout as _layout
 from ._ops import get_F
 from .fused_build import build, library_path
+from .fused_library import (ISA_ENV, LIBRARY_OPS, OP_NAME, _isa_problem,  # noqa: F401
+                            available, cpu_features, isa, load, load_error, refuse_off_cpu,
+                            runs_on)
 
-__all__ = ['fused_dot_attn', 'available', 'library_path', 'build', 'load', 'load_error',
-           'resolve', 'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features',
+__all__ = ['available', 'runs_on', 'library_path', 'build', 'load', 'load_error',
+           'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features', 'OP_NAME',
            'LIBRARY_OPS']
 
-OP_NAME = 'ga_fused_attention'
-# Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
-# naming any of them needs the library loaded before it is read.
-LIBRARY_OPS = (OP_NAME, 'ga_add_layer_norm', 'ga_bias_gelu')
-ISA_ENV = 'GA_FUSED_ISA'
-_ISA_CHOICES = ('auto', 'avx512', 'avx2')
-_STATE = {'loaded': False, 'error': None}
 
-
-def _query(path):
-    """(kernels chosen, CPU instruction sets) from the library, through ctypes."""
-    lib = ctypes.CDLL(str(path))
-    for name in ('ga_fused_isa', 'ga_fused_cpu_features'):
-        getattr(lib, name).restype = ctypes.c_char_p
-    return lib.ga_fused_isa().decode(), lib.ga_fused_cpu_features().decode()
-
-
-def _isa_problem(chosen, features):
-    """Why the kernels cannot run here (None when they can)."""
-    wanted = os.environ.get(ISA_ENV, '') or 'auto'
-    if wanted not in _ISA_CHOICES:
-        return '{} must be one of {}. Received: {}={!r}'.format(
-            ISA_ENV, ', '.join(_ISA_CHOICES), ISA_ENV, wanted)
-    if not chosen:
-        return ('the fused attention kernel needs a CPU with AVX2 and FMA{} (this one has: {}). '
-                'Received: {}={}'.format(', and AVX-512 F/BW/DQ/VL for avx512'
-                                         if wanted == 'avx512' else '',
-                                         features or 'none of them', ISA_ENV, wanted))
-    return None
-
-
-def load():
-    """Load the kernel library into MXNet once; returns True when the operator is usable.
-
-    The instruction set is chosen here, once per process: AVX-512 where the CPU has it, else
-    AVX2/FMA; ``GA_FUSED_ISA=avx2`` (or ``avx512``) forces one. Never raises: when the library
-    is missing (not built) or cannot be loaded, returns False and :func:`load_error` says why.
-    """
-    if _STATE['loaded']:
-        return True
-    path = library_path()
-    if not path.exists():
-        _STATE['error'] = ('the fused attention kernel is not built: run `make venv` or '
-                           '`python -m gluon_attention fused-build`')
-        return False
-    try:
-        chosen, features = _query(path)
-    except (OSError, AttributeError) as err:
-        _STATE['error'] = 'loading {} failed: {}'.format(path, err)
-        return False
-    problem = _isa_problem(chosen, features)
-    if problem:
-        _STATE['error'] = problem
-        return False
-    try:
-        mx.library.load(str(path), verbose=False)
-    except mx.base.MXNetError as err:
-        _STATE['error'] = 'loading {} failed: {}'.format(path, str(err).splitlines()[0])
-        return False
-    _STATE.update(loaded=True, error=None, isa=chosen, features=features)
-    return True
-
-
-def isa():
-    """The instruction set the kernel runs on: ``'avx512'`` or ``'avx2'`` (None when it is not
-    loadable, see :func:`load_error`). Chosen once per process, when the library is loaded."""
-    return _STATE['isa'] if load() else None
-
-
-def cpu_features():
-    """The instruction sets relevant to the kernel that this CPU has (avx2, fma, avx512f, ...,
-    amx-tile), as the loaded library found them; None when it is not loadable."""
-    return _STATE['features'] if load() else None
-
-
-def load_error():
-    """Why :func:`load` returned False (None when the kernel is loaded)."""
-    return _STATE['error']
-
-
-def available():
-    """Whether :func:`fused_dot_attn` can run here (library built and loadable)."""
-    return load()
-
-
-def resolve(option, attention_dropout=0.0, ctx=None):
-    """A ``fused_attention`` option (True, False or 'auto') -> bool.
-
-    'auto' is True when the kernel is available, ``attention_dropout`` is 0 and ``ctx`` (a
-    Context or a list of them; default the current context) is a CPU.
-    """
+def _resolve(option, attention_dropout=0.0, ctx=None):
+    """The deprecated ``resolve``: a ``fused_attention`` option (True, False or 'auto') -> bool
+    ('auto': as ``Kernels(attention='auto').resolve(ctx, attention_dropout)``)."""
     if isinstance(option, str) and option == 'auto':
-        if ctx is None:
-            ctx = mx.context.current_context()
-        contexts = ctx if isinstance(ctx, (list, tuple)) else [ctx]
-        return (not attention_dropout and all(c.device_type == 'cpu' for c in contexts)
-                and available())
+        return not attention_dropout and runs_on(ctx)
     return _checks.check_bool('fused_attention', option)
 
 
 def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
                        query_head_units=None, layout='NKT', **_):
-    """The argument checks of :func:`fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
+    """The argument checks of :func:`_fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
     them on its arrays too); nothing that needs values runs on symbols."""
     _checks.check_bool('scaled', scaled)
     _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
@@ -173,18 +86,8 @@ def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
         refuse_off_cpu("the fused kernel (backend 'fused')", "use backend='composed' (or "
                        'multi_head_dot_attn) for arrays on other devices', **{name: x})
 
-
-def refuse_off_cpu(what, alternative, **arrays):
-    """ValueError '<what> runs on CPU only: <alternative>' when one of the named ``arrays`` is
-    an array on another device (symbols and None pass)."""
-    for name, x in arrays.items():
-        if isinstance(x, mx.nd.NDArray) and x.ctx.device_type != 'cpu':
-            _checks.fail('{} runs on CPU only: {}'.format(what, alternative),
-                         **{name + '.ctx': x.ctx})
-
-
 @_checks.validated_by(check_fused_inputs)
-def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
+def _fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
                    layout='NKT'):
     """Multi-head scaled dot-product attention in one fused kernel; returns the context only.
 
@@ -230,7 +133,7 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
     if query_head_units is None and not _checks.is_symbol(query):
         query_head_units = query.shape[-1]
     if scaled and query_head_units is None:
-        _checks.fail('inside a graph, fused_dot_attn needs query_head_units for the scale',
+        _checks.fail('inside a graph, the fused kernel needs query_head_units for the scale',
                      query_head_units=None)
     scale = 1.0 / math.sqrt(query_head_units) if scaled else 1.0
     F = get_F(query)
@@ -241,3 +144,10 @@ def fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head
                               with_length=int(valid_length is not None))
     return out[0].as_np_ndarray()
 
+
+
+__getattr__ = module_getattr(__name__, {
+    'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",
+                       lambda: _fused_dot_attn),
+    'resolve': ("Kernels(attention=...).resolve(ctx, attention_dropout).attention == 'fused'",
+                lambda: _resolve)})

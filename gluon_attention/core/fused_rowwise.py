@@ -9,14 +9,15 @@ computes ``gelu(data + bias)``, the erf form of GELU (Hendrycks and Gimpel, 2016
 normal CDF from formula 7.1.26 of Abramowitz and Stegun (1964) (absolute error below 1.5e-7,
 about one float32 rounding of the result).
 
-In the composed form (``fused=False``) the same functions and blocks are MXNet's own ``+``,
+In the composed form (``fused=False``; for the blocks ``Kernels(rowwise='composed')``) the same
+functions and blocks are MXNet's own ``+``,
 ``layer_norm``, ``fully_connected`` and ``leaky_relu(act_type='gelu')``. :class:`ResidualLayerNorm`
 and :class:`DenseGELU` have the parameters (and parameter names) of ``nn.LayerNorm`` and
 ``nn.Dense``, so checkpoints load into either form. A block's form is chosen when it is built
-and never changes: ``fused=True`` needs the library (RuntimeError otherwise), and a call of a
-fused block on arrays off the CPU raises ValueError naming the block and ``fused=False``, the
-form to build for them (the models' ``fused_rowwise='auto'`` resolves that choice once, for the
-context they are built for).
+and never changes (``kernels``, a :class:`~gluon_attention.core.kernels.Kernels` whose
+``rowwise`` field is resolved when the block is built): 'fused' needs the library (RuntimeError
+otherwise), and a call of a fused block on arrays off the CPU raises ValueError naming the block
+and ``rowwise='composed'``, the form to build for them.
 
 Glossary: N rows (every axis but the last), D the last axis.
 """
@@ -26,6 +27,7 @@ from mxnet.gluon import nn
 from .. import _checks
 from . import fused as _fused
 from ._ops import get_F
+from .kernels import Kernels, from_legacy
 from .matmul import MatmulChoice, fully_connected
 
 __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
@@ -147,15 +149,15 @@ def bias_gelu(data, bias, fused=True):
 
 
 class _FusedChoice:
-    """The ``fused`` choice of the blocks below, made when a block is built and never changed.
-    A call on arrays off the CPU with ``fused`` raises ValueError (build with ``fused=False``
-    for them); inside a parent's graph (symbols) the parent checks its own arrays."""
+    """The ``rowwise`` kernel of the blocks below, chosen when a block is built (``kernels``
+    resolved, the deprecated ``fused`` applied) and never changed. A call on arrays off the CPU
+    with 'fused' raises ValueError; inside a parent's graph (symbols) the parent checks its
+    own arrays."""
 
-    def _choose(self, fused):
-        fused = _checks.check_bool('fused', fused)
-        if fused and not _fused.available():
-            raise RuntimeError(_fused.load_error())
-        self._fused = fused
+    def _choose(self, kernels, **legacy):
+        kernels = from_legacy(type(self).__name__, kernels, **legacy).resolve()
+        self._fused = kernels.rowwise == 'fused'
+        return kernels
 
     @property
     def fused(self):
@@ -164,8 +166,9 @@ class _FusedChoice:
 
     def forward(self, x, *args):  # pylint: disable=arguments-differ
         if self._fused:
-            _fused.refuse_off_cpu('{} built with fused=True'.format(type(self).__name__),
-                                  'build it with fused=False for arrays on other devices',
+            _fused.refuse_off_cpu("{} built with rowwise='fused'".format(type(self).__name__),
+                                  "build it with Kernels(rowwise='composed') for arrays on "
+                                  'other devices',
                                   data=x)
         return super().forward(x, *args)
 
@@ -179,17 +182,22 @@ class ResidualLayerNorm(_FusedChoice, nn.LayerNorm):
     epsilon : float
     in_channels : int
         D (0: inferred).
-    fused : bool
-        :func:`add_layer_norm` fused (raises RuntimeError when the library is not available).
+    kernels : Kernels
+        Its ``rowwise`` field: 'fused' runs :func:`add_layer_norm` fused, 'auto' when the
+        library is loadable and the current context is a CPU (resolved here; RuntimeError for
+        'fused' when the library is not available). Default ``Kernels()``.
+    fused : bool, optional
+        Deprecated (DeprecationWarning): ``kernels=Kernels(rowwise='fused' or 'composed')``.
 
     Inputs: data float32 (..., D); residual, data's shape, optional. Returns (..., D).
     The parameters are ``gamma`` and ``beta`` (D,), named as ``nn.LayerNorm``'s. Raises
-    ValueError when ``fused`` and called on arrays off the CPU.
+    ValueError when fused and called on arrays off the CPU.
     """
 
-    def __init__(self, epsilon=1e-5, in_channels=0, fused=False, prefix=None, params=None):
+    def __init__(self, epsilon=1e-5, in_channels=0, kernels=Kernels(), prefix=None,
+                 params=None, fused=None):
         super().__init__(epsilon=epsilon, in_channels=in_channels, prefix=prefix, params=params)
-        self._choose(fused)
+        self._choose(kernels, fused=fused)
 
     def _alias(self):
         return 'layernorm'      # nn.LayerNorm's parameter names
@@ -210,24 +218,25 @@ class DenseGELU(MatmulChoice, _FusedChoice, nn.Dense):
     ----------
     units : int
     in_units : int
-    fused : bool
-    matmul_dtype : 'float32' or 'bfloat16'
-        The product's dtype (:func:`~gluon_attention.core.matmul.fully_connected`); the GELU
-        runs in float32.
+    kernels : Kernels
+        ``rowwise`` as in :class:`ResidualLayerNorm`; ``matmul_dtype`` the product's dtype
+        (:func:`~gluon_attention.core.matmul.fully_connected`); the GELU runs in float32.
     weight_initializer
         As ``nn.Dense``.
+    fused, matmul_dtype : optional
+        Deprecated (DeprecationWarning): the fields of ``kernels``.
 
     Inputs: x float32 (..., in_units). Returns (..., units); ValueError when ``fused`` or
     ``matmul_dtype='bfloat16'`` and called on arrays off the CPU. The parameters are ``weight``
     (units, in_units) and ``bias`` (units,), named as ``nn.Dense``'s.
     """
 
-    def __init__(self, units, in_units=0, fused=False, weight_initializer=None,
-                 matmul_dtype='float32', prefix=None, params=None):
+    def __init__(self, units, in_units=0, kernels=Kernels(), weight_initializer=None,
+                 prefix=None, params=None, fused=None, matmul_dtype=None):
         super().__init__(units, flatten=False, in_units=in_units,
                          weight_initializer=weight_initializer, prefix=prefix, params=params)
-        self._choose(fused)
-        self._choose_matmul(matmul_dtype)
+        self._choose_matmul(self._choose(kernels, fused=fused,
+                                         matmul_dtype=matmul_dtype).matmul_dtype)
 
     def _alias(self):
         return 'dense'          # nn.Dense's parameter names

@@ -119,7 +119,7 @@ def length_softmax(F, logits, lengths):
     """Softmax of (B, K, L_q, L_m) ``logits`` over the first ``lengths`` memory positions.
 
     ``lengths`` is float32 (B, 1) or (B, L_q) holding integers (the caller has checked them and
-    cast them once: :func:`~gluon_attention.core.functional.compose_attention`). One fused
+    cast them once: :func:`~gluon_attention.core.backends.attention`). One fused
     kernel (``npx.softmax(use_length=True)``): positions at or past the length get a weight of
     exactly 0 and a zero gradient, a length of 0 gives an all-zero row, and the blocked scores
     are never read (NaN there does not leak). The lengths are clipped to [0, L_m] here, once,

@@ -24,11 +24,11 @@ import numpy as onp
 from mxnet.gluon import nn
 
 from .. import _checks
-from ..core import fused as _fused
 from ..core.base import CheckedBlock, Float32OnCPU
 from ..core.cells import MultiHeadAttentionCell
 from ..core.fused_rowwise import DenseGELU, ResidualLayerNorm
-from ..core.matmul import Dense, check_matmul_dtype
+from ..core.kernels import Kernels, check_call, from_legacy
+from ..core.matmul import Dense
 from .checkpoint import load_bert_tensors, read_checkpoint
 
 __all__ = ['TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder']
@@ -75,25 +75,6 @@ def _check_lengths_argument(block, arguments, valid_length, ranks):
                          valid_length.shape, onp.dtype(valid_length.dtype).name))
 
 
-def _check_fused_call(block, data, mask, fused_attention, fused_rowwise, weight):
-    """A call the kernels chosen at construction cannot serve: arrays off the CPU, a mask,
-    parameters cast to another dtype than float32 (``weight``: one of the block's)."""
-    if (fused_attention or fused_rowwise) and onp.dtype(weight.dtype) != onp.float32:
-        _checks.fail_type('{} built with fused_attention={}, fused_rowwise={} runs float32 '
-                          'parameters only (the fused kernels are float32)'.format(
-                              block, fused_attention, fused_rowwise),
-                          **{'parameters dtype': onp.dtype(weight.dtype).name})
-    if fused_attention or fused_rowwise:
-        _fused.refuse_off_cpu('{} built with fused_attention={}, fused_rowwise={}'.format(
-            block, fused_attention, fused_rowwise), 'build it with fused_attention=False and '
-            "fused_rowwise=False (or 'auto' with a GPU context) for arrays on other devices",
-            data=data)
-    if fused_attention and mask is not None:
-        _checks.fail('{} built with fused_attention=True takes key padding as valid_length '
-                     'only, no mask: build it with fused_attention=False for a mask'.format(
-                         block), mask='array of shape {}'.format(mask.shape))
-
-
 def _check_sequence(data, units, valid_length, mask=None):
     """data (B, T, D) float with D = ``units``, B, T >= 1; valid_length (B,) or (B, T) in
     [0, T]; a 0/1 mask broadcasting to (B, T, T)."""
@@ -113,44 +94,37 @@ def _first_layer(block):
     return block if isinstance(block, TransformerEncoderLayer) else block.layers[0]
 
 
-def _check_matmul_call(block, data, dense):
-    """bfloat16 products: CPU arrays, float32 parameters."""
-    if dense.matmul_dtype == 'float32':
-        return
-    if data.ctx.device_type != 'cpu':
-        _checks.fail("{} with matmul_dtype='bfloat16' runs on CPUs only; use 'float32' for "
-                     'arrays on other devices'.format(block), **{'data.ctx': data.ctx})
-    if onp.dtype(dense.weight.dtype) != onp.float32:
-        _checks.fail_type("{} with matmul_dtype='bfloat16' keeps float32 parameters".format(
-            block), **{'parameter dtype': onp.dtype(dense.weight.dtype).name})
-
-
 class _KernelChoice:
-    """``fused_attention`` and ``fused_rowwise`` of an encoder block, fixed when it is built
-    (``self._fused``), and the checks of a call ``(data, valid_length, mask)``."""
+    """The resolved :class:`~gluon_attention.core.kernels.Kernels` of an encoder block, fixed
+    when it is built (``self._kernels``; the product dtype read from the layers, which
+    ``set_matmul_dtype`` may change), and the checks of a call ``(data, valid_length, mask)``."""
+
+    @property
+    def kernels(self):
+        """The resolved kernel choice the block runs (no 'auto' field)."""
+        return self._kernels._replace(matmul_dtype=_first_layer(self).attn_query.matmul_dtype)
 
     @property
     def fused_attention(self):
-        """Whether the self-attention runs the fused kernel (fixed at construction)."""
-        return self._fused[0]
+        """Whether the self-attention runs the fused kernel (``kernels.attention == 'fused'``)."""
+        return self._kernels.attention == 'fused'
 
     @property
     def fused_rowwise(self):
-        """Whether residual + LayerNorm and bias + GELU run the fused operators (fixed)."""
-        return self._fused[1]
+        """Whether residual + LayerNorm and bias + GELU run the fused operators
+        (``kernels.rowwise == 'fused'``)."""
+        return self._kernels.rowwise == 'fused'
 
     @property
     def matmul_dtype(self):
         """The dtype of the dense products, 'float32' or 'bfloat16' (see
         :mod:`gluon_attention.core.matmul`; changed with ``set_matmul_dtype``)."""
-        return _first_layer(self).attn_query.matmul_dtype
+        return self.kernels.matmul_dtype
 
     def _check_call(self, data, valid_length, mask, ranks, layer):
         """``layer``: the (first) TransformerEncoderLayer, whose parameters ``data`` meets."""
         _check_lengths_argument(type(self).__name__, _DATA_CALL, valid_length, ranks)
-        _check_fused_call(type(self).__name__, data, mask, *self._fused,
-                          weight=layer.attn_query.weight)
-        _check_matmul_call(type(self).__name__, data, layer.attn_query)
+        check_call(type(self).__name__, self.kernels, data, mask, layer.attn_query.weight)
         _check_sequence(data, layer._units, valid_length, mask)
         dtype, got = onp.dtype(layer.attn_query.weight.dtype), onp.dtype(data.dtype)
         if got != dtype and not (got == onp.float16 and dtype == onp.float32
@@ -159,6 +133,11 @@ class _KernelChoice:
                               'CPU is computed in float32)'.format(type(self).__name__,
                                                                    dtype.name),
                               **{'data.dtype': got.name})
+
+
+def _kernels(owner, kernels, attention_dropout, ctx=None, **legacy):
+    """``kernels`` with the deprecated keywords applied, resolved once for ``ctx``."""
+    return from_legacy(owner, kernels, **legacy).resolve(ctx, attention_dropout)
 
 
 @mx.util.use_np
@@ -187,17 +166,17 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         Epsilon of both LayerNorms.
     activation : {'gelu', 'relu'}
         Feed-forward activation; 'gelu' is the exact (erf) GELU.
-    fused_attention : bool or 'auto'
-        Run the self-attention through the fused kernel (``MultiHeadAttentionCell(backend=
-        'fused')``: CPU, float32, no attention dropout, ``valid_length`` only, no ``mask``);
-        'auto' as in :class:`TransformerEncoder`. Fixed when the layer is built.
-    fused_rowwise : bool or 'auto'
-        Run each residual sum + LayerNorm, and ``ffn_1``'s bias + GELU, as one fused operator
-        each (:mod:`gluon_attention.core.fused_rowwise`: CPU, float32); the same parameters.
-    matmul_dtype : {'float32', 'bfloat16'}
-        The dtype of the six dense products (operands and results rounded to bfloat16, float32
-        accumulation and parameters: :mod:`gluon_attention.core.matmul`; CPU only). Everything
-        else runs in float32. Default 'float32'.
+    kernels : Kernels
+        The kernel choice (:class:`gluon_attention.Kernels`), resolved here for the current
+        context unless already resolved: ``attention`` for the self-attention ('fused': CPU,
+        float32, no attention dropout, ``valid_length`` only, no ``mask``), ``rowwise`` for
+        each residual sum + LayerNorm and ``ffn_1``'s bias + GELU (the same parameters),
+        ``matmul_dtype`` for the six dense products (operands and results rounded to bfloat16,
+        float32 accumulation and parameters; CPU only; everything else runs in float32).
+        Fixed when the layer is built. Default ``Kernels()``.
+    fused_attention, fused_rowwise, matmul_dtype
+        Deprecated (DeprecationWarning): the fields of ``kernels`` (True is 'fused', False
+        'composed').
 
     Inputs (positional, the order of every encoder block: data, valid_length, mask)
     ------
@@ -220,15 +199,15 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         or an unknown ``activation``; when called on arrays, on data that is not (B, T, D) with
         B, T >= 1, a mask or ``valid_length`` of the wrong shape or values (a mask given as the
         second argument is named as such), or a call the fused kernels cannot serve (arrays
-        off the CPU; a mask with ``fused_attention``).
+        off the CPU; a mask with ``attention='fused'``).
     TypeError
         A bool ``valid_length``, or data of another dtype than the parameters' (float16 data
         on a CPU runs in float32).
     """
 
     def __init__(self, units, hidden_size, num_heads, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, activation='gelu', fused_attention=False,
-                 fused_rowwise=False, matmul_dtype='float32', prefix=None, params=None):
+                 layer_norm_eps=1e-12, activation='gelu', kernels=Kernels(), prefix=None,
+                 params=None, fused_attention=None, fused_rowwise=None, matmul_dtype=None):
         super().__init__(prefix=prefix, params=params)
         units = _checks.check_positive_int('units', units)
         hidden_size = _checks.check_positive_int('hidden_size', hidden_size)
@@ -238,13 +217,12 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         dropout = _checks.check_probability('dropout', dropout)
         attention_dropout = _checks.check_probability('attention_dropout', attention_dropout)
         self._activation = _checks.check_choice('activation', activation, _ACTIVATIONS)
-        fused_attention = _fused.resolve(fused_attention, attention_dropout)
-        fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
-        self._fused = (fused_attention, fused_rowwise)
-        matmul_dtype = check_matmul_dtype(matmul_dtype)
+        self._kernels = kernels = _kernels(
+            type(self).__name__, kernels, attention_dropout, fused_attention=fused_attention,
+            fused_rowwise=fused_rowwise, matmul_dtype=matmul_dtype)
 
         def dense(out_units, in_units):
-            return Dense(out_units, in_units=in_units, matmul_dtype=matmul_dtype,
+            return Dense(out_units, in_units=in_units, matmul_dtype=kernels.matmul_dtype,
                          weight_initializer=_weight_init())
 
         self._units = units
@@ -254,16 +232,16 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
             self.attn_value = dense(units, units)
             self.attention_cell = MultiHeadAttentionCell(
                 query_units=units, num_heads=num_heads, attention_dropout=attention_dropout,
-                scaled=True, layout='NTK', backend='fused' if fused_attention else 'composed')
+                scaled=True, layout='NTK', kernels=kernels)
             self.attn_proj = dense(units, units)
             self.attn_dropout = nn.Dropout(dropout)
-            self.attn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
-            self.ffn_1 = (DenseGELU(hidden_size, units, fused=fused_rowwise,
-                                    weight_initializer=_weight_init(), matmul_dtype=matmul_dtype)
+            self.attn_ln = ResidualLayerNorm(layer_norm_eps, units, kernels=kernels)
+            self.ffn_1 = (DenseGELU(hidden_size, units, kernels=kernels,
+                                    weight_initializer=_weight_init())
                           if self._activation == 'gelu' else dense(hidden_size, units))
             self.ffn_2 = dense(units, hidden_size)
             self.ffn_dropout = nn.Dropout(dropout)
-            self.ffn_ln = ResidualLayerNorm(layer_norm_eps, units, fused=fused_rowwise)
+            self.ffn_ln = ResidualLayerNorm(layer_norm_eps, units, kernels=kernels)
 
     def _split_heads(self, F, x):
         return F.npx.reshape(x, (-2, -2, self._num_heads, -1))  # (B, T, D) -> (B, T, K, D/K)
@@ -293,16 +271,13 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
         Number of layers.
     units, hidden_size, num_heads, dropout, attention_dropout, layer_norm_eps, activation
         As in :class:`TransformerEncoderLayer`.
-    fused_attention : bool or 'auto'
-        Self-attention through the fused kernel (see :mod:`gluon_attention.fused`). 'auto':
-        when the kernel is built, ``attention_dropout`` is 0 and the current context is a CPU.
-        Resolved once, here; the choice never changes (see Raises).
-    fused_rowwise : bool or 'auto'
-        Residual + LayerNorm and bias + GELU as fused operators (see
-        :class:`TransformerEncoderLayer`). 'auto': when the kernel library is built and the
-        current context is a CPU; resolved once, here.
-    matmul_dtype : {'float32', 'bfloat16'}
-        As in :class:`TransformerEncoderLayer`, for every layer.
+    kernels : Kernels
+        As in :class:`TransformerEncoderLayer`, for every layer: resolved once, here, for the
+        current context (:meth:`gluon_attention.Kernels.resolve`: 'auto' attention is 'fused'
+        when the kernel is built, ``attention_dropout`` is 0 and the context is a CPU), and
+        handed to the layers resolved; the choice never changes (see Raises).
+    fused_attention, fused_rowwise, matmul_dtype
+        Deprecated: the fields of ``kernels``.
 
     Inputs (positional: data, valid_length, mask)
     ------
@@ -324,7 +299,8 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
         Called on arrays: data that is not (B, T, D) with B, T >= 1, lengths that are not (B,)
         or outside [0, T] (a mask given as the second argument is named as such), a bad mask;
         with a fused kernel chosen, arrays off the CPU or a mask (build with
-        ``fused_attention=False``, ``fused_rowwise=False`` for them).
+        ``Kernels(attention='composed', rowwise='composed')`` for them); as
+        :meth:`gluon_attention.Kernels.resolve` for a choice it cannot serve here.
     TypeError
         A missing ``valid_length``, a bool one, or data of another dtype than the parameters'
         (float16 data on a CPU runs in float32).
@@ -332,21 +308,20 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
 
     def __init__(self, num_layers, units, hidden_size, num_heads, dropout=0.1,
                  attention_dropout=0.1, layer_norm_eps=1e-12, activation='gelu',
-                 fused_attention='auto', fused_rowwise='auto', matmul_dtype='float32',
-                 prefix=None, params=None):
+                 kernels=Kernels(), prefix=None, params=None, fused_attention=None,
+                 fused_rowwise=None, matmul_dtype=None):
         super().__init__(prefix=prefix, params=params)
         num_layers = _checks.check_positive_int('num_layers', num_layers)
-        fused_attention = _fused.resolve(fused_attention, attention_dropout)
-        fused_rowwise = _fused.resolve(fused_rowwise, 0.0)
-        self._fused = (fused_attention, fused_rowwise)
+        self._kernels = _kernels(type(self).__name__, kernels, attention_dropout,
+                                 fused_attention=fused_attention, fused_rowwise=fused_rowwise,
+                                 matmul_dtype=matmul_dtype)
         with self.name_scope():
             self.layers = nn.HybridSequential()
             for _ in range(num_layers):
                 self.layers.add(TransformerEncoderLayer(
                     units, hidden_size, num_heads, dropout=dropout,
                     attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                    activation=activation, fused_attention=fused_attention,
-                    fused_rowwise=fused_rowwise, matmul_dtype=matmul_dtype))
+                    activation=activation, kernels=self._kernels))
 
     def check_inputs(self, data, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require_lengths(type(self).__name__, _DATA_CALL, valid_length)
@@ -399,16 +374,16 @@ class BertEncoder(CheckedBlock):
         Dropout rates of the embeddings and layers, and of the attention weights, in [0, 1).
     layer_norm_eps : float
         Epsilon of every LayerNorm.
-    fused_attention : bool or 'auto'
-        As in :class:`TransformerEncoder` ('auto': the fused kernel on CPU when it is built and
-        ``attention_dropout`` is 0, as when fine-tuning with ``attention_dropout=0``), resolved
-        once, here (:meth:`from_pretrained` resolves it for its ``ctx``).
-    fused_rowwise : bool or 'auto'
-        As in :class:`TransformerEncoder` (also for the embeddings' LayerNorm).
-    matmul_dtype : {'float32', 'bfloat16'}
-        As in :class:`TransformerEncoderLayer`: 'bfloat16' runs the layers' dense products in
-        bfloat16 (a faster fine-tuning step on CPUs with AVX512-BF16); the embeddings,
-        LayerNorms, attention and parameters stay float32. Not part of ``config``.
+    kernels : Kernels
+        As in :class:`TransformerEncoder` (``rowwise`` also for the embeddings' LayerNorm;
+        'auto' attention: the fused kernel on CPU when it is built and ``attention_dropout`` is
+        0, as when fine-tuning with ``attention_dropout=0``), resolved once, here, for the
+        current context (:meth:`from_pretrained` resolves it for its ``ctx``).
+        ``matmul_dtype='bfloat16'`` runs the layers' dense products in bfloat16 (a faster
+        fine-tuning step on CPUs with AVX512-BF16); the embeddings, LayerNorms, attention and
+        parameters stay float32. Not part of ``config``.
+    fused_attention, fused_rowwise, matmul_dtype
+        Deprecated: the fields of ``kernels``.
 
     Inputs (positional: token_ids, token_types, valid_length, mask)
     ---------------------------------------------------------------
@@ -447,8 +422,8 @@ class BertEncoder(CheckedBlock):
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
                  max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, fused_attention='auto', fused_rowwise='auto',
-                 matmul_dtype='float32', prefix=None, params=None):
+                 layer_norm_eps=1e-12, kernels=Kernels(), prefix=None, params=None,
+                 fused_attention=None, fused_rowwise=None, matmul_dtype=None):
         super().__init__(prefix=prefix, params=params)
         vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
         units = _checks.check_positive_int('units', units)
@@ -458,25 +433,31 @@ class BertEncoder(CheckedBlock):
                            num_layers=num_layers, num_heads=num_heads, max_length=max_length,
                            num_token_types=num_token_types, dropout=dropout,
                            attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+        kernels = _kernels(type(self).__name__, kernels, attention_dropout,
+                           fused_attention=fused_attention, fused_rowwise=fused_rowwise,
+                           matmul_dtype=matmul_dtype)
         with self.name_scope():
             self.word_embed = nn.Embedding(vocab_size, units, weight_initializer=_weight_init())
             self.position_embed = nn.Embedding(max_length, units,
                                                weight_initializer=_weight_init())
             self.token_type_embed = nn.Embedding(num_token_types, units,
                                                  weight_initializer=_weight_init())
-            self.embed_ln = ResidualLayerNorm(layer_norm_eps, units,
-                                              fused=_fused.resolve(fused_rowwise, 0.0))
+            self.embed_ln = ResidualLayerNorm(layer_norm_eps, units, kernels=kernels)
             self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
             self.encoder = TransformerEncoder(
                 num_layers, units, hidden_size, num_heads, dropout=dropout,
                 attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                fused_attention=fused_attention, fused_rowwise=fused_rowwise,
-                matmul_dtype=matmul_dtype)
+                kernels=kernels)
 
     def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
         if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
             args = (mx.np.zeros_like(token_ids),) + tuple(args[1:])   # one segment: type 0
         return super().forward(token_ids, *args)
+
+    @property
+    def kernels(self):
+        """The resolved kernel choice (:class:`gluon_attention.Kernels`) the encoder runs."""
+        return self.encoder.kernels
 
     @property
     def fused_attention(self):
@@ -496,9 +477,7 @@ class BertEncoder(CheckedBlock):
     def check_inputs(self, token_ids, token_types=None, valid_length=None, mask=None):  # pylint: disable=arguments-differ
         _require_lengths(type(self).__name__, _BERT_CALL, valid_length)
         _check_lengths_argument(type(self).__name__, _BERT_CALL, valid_length, (1,))
-        _check_fused_call(type(self).__name__, token_ids, mask, self.fused_attention,
-                          self.fused_rowwise, self.word_embed.weight)
-        _check_matmul_call(type(self).__name__, token_ids, _first_layer(self.encoder).attn_query)
+        check_call(type(self).__name__, self.kernels, token_ids, mask, self.word_embed.weight)
         for name, x in (('token_ids', token_ids), ('token_types', token_types)):
             _checks.check_rank(name, x, (2,))
         if token_ids.shape != token_types.shape:
@@ -539,9 +518,9 @@ class BertEncoder(CheckedBlock):
             Where the parameters live; the current context by default.
         **overrides
             ``dropout`` and/or ``attention_dropout`` replacing the config's rates (fine-tuning
-            recipes often change them; the weights are unaffected), ``fused_attention`` and
-            ``fused_rowwise`` (default 'auto', resolved for ``ctx``), ``matmul_dtype``
-            (default 'float32').
+            recipes often change them; the weights are unaffected), ``kernels`` (default
+            ``Kernels()``, resolved for ``ctx``), and the deprecated ``fused_attention``,
+            ``fused_rowwise`` and ``matmul_dtype``.
 
         Returns
         -------
@@ -569,17 +548,18 @@ class BertEncoder(CheckedBlock):
             _checks.fail_type('ctx must be an mxnet Context (e.g. mx.cpu()), a list of them, '
                               'or None', ctx=ctx)
         config, tensors, source = read_checkpoint(path)
-        unknown = set(overrides) - {'dropout', 'attention_dropout', 'fused_attention',
-                                    'fused_rowwise', 'matmul_dtype'}
+        legacy = {k: overrides.pop(k) for k in ('fused_attention', 'fused_rowwise',
+                                                'matmul_dtype') if k in overrides}
+        unknown = set(overrides) - {'dropout', 'attention_dropout', 'kernels'}
         if unknown:
-            _checks.fail('from_pretrained overrides only dropout, attention_dropout, '
-                         'fused_attention, fused_rowwise and matmul_dtype',
+            _checks.fail('from_pretrained overrides only dropout, attention_dropout and '
+                         'kernels',
                          overrides=sorted(unknown))
         config.update(overrides)
-        config['fused_attention'] = _fused.resolve(config.get('fused_attention', 'auto'),
-                                                   config['attention_dropout'], ctx)
-        config['fused_rowwise'] = _fused.resolve(config.get('fused_rowwise', 'auto'), 0.0, ctx)
-        block = cls(**config)
+        config['kernels'] = _kernels('BertEncoder.from_pretrained', config.get('kernels'),
+                                     config['attention_dropout'], ctx, **legacy)
+        with contexts[0] or mx.current_context():   # the layers check it where they run
+            block = cls(**config)
         block.initialize(ctx=ctx)
         load_bert_tensors(block, tensors, source)
         return block

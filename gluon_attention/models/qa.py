@@ -17,8 +17,9 @@ from .. import _checks
 from ..core._ops import float32_on_cpu, get_F
 from ..core.base import CheckedBlock
 from ..core.functional import select_vectors_by_position
-from ..core.fused import refuse_off_cpu, resolve
+from ..core.fused import refuse_off_cpu
 from ..core.fused_rowwise import ResidualLayerNorm
+from ..core.kernels import Kernels, from_legacy
 from ..core.softmax import masked_log_softmax, masked_softmax
 
 __all__ = ['ModelForQAConditional', 'QAInference', 'qa_loss', 'qa_loss_parts']
@@ -71,8 +72,8 @@ def _check_head_inputs(model, tokens, token_types, valid_length, p_mask):
     CPU arrays for a head built with the fused LayerNorm."""
     backbone = model.backbone
     if getattr(model, 'fused_rowwise', False):
-        refuse_off_cpu('{} built with fused_rowwise=True'.format(type(model).__name__),
-                       'build it with fused_rowwise=False for arrays on other devices',
+        refuse_off_cpu("{} built with rowwise='fused'".format(type(model).__name__),
+                       "build it with Kernels(rowwise='composed') for arrays on other devices",
                        tokens=tokens)
     check_backbone = getattr(backbone, 'check_inputs', None)
     if check_backbone is not None:
@@ -101,12 +102,15 @@ class ModelForQAConditional(CheckedBlock):
         Activation of both heads (an ``nn.Activation`` name).
     layer_norm_eps : float
         Epsilon of the end head's LayerNorm.
-    fused_rowwise : bool or 'auto'
-        That LayerNorm as the fused operator of :mod:`gluon_attention.core.fused_rowwise` (CPU,
-        float32). 'auto', resolved once, here: the backbone's own ``fused_rowwise`` when it has
-        one (a :class:`gluon_attention.BertEncoder`), else True when the kernel library is
-        built and the current context is a CPU. A call on arrays off the CPU with it raises
-        ValueError (build with ``fused_rowwise=False``).
+    kernels : Kernels
+        Its ``rowwise`` field: that LayerNorm as the fused operator of
+        :mod:`gluon_attention.core.fused_rowwise` (CPU, float32). Resolved once, here: an
+        'auto' field takes the backbone's resolved choice when it has one (its ``kernels``, a
+        :class:`gluon_attention.BertEncoder`'s), else as :meth:`gluon_attention.Kernels.resolve`
+        for the current context. A call on arrays off the CPU with rowwise 'fused' raises
+        ValueError (build with ``Kernels(rowwise='composed')``). Default ``Kernels()``.
+    fused_rowwise : bool or 'auto', optional
+        Deprecated (DeprecationWarning): ``kernels=Kernels(rowwise=...)``.
 
     Training call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
     p_mask (B, T) float32 0/1, start_position (B,) int32)`` returns
@@ -123,21 +127,21 @@ class ModelForQAConditional(CheckedBlock):
     """
 
     def __init__(self, backbone, units=384, dropout=0.1, activation='tanh',
-                 layer_norm_eps=1e-12, fused_rowwise='auto', **kwargs):
+                 layer_norm_eps=1e-12, kernels=Kernels(), fused_rowwise=None, **kwargs):
         super().__init__(**kwargs)
         _checks.check_positive_int('units', units)
         _checks.check_probability('dropout', dropout)
-        if isinstance(fused_rowwise, str) and fused_rowwise == 'auto' and \
-                isinstance(getattr(backbone, 'fused_rowwise', None), bool):
-            fused_rowwise = backbone.fused_rowwise
-        self.fused_rowwise = resolve(fused_rowwise)
+        like = getattr(backbone, 'kernels', None)
+        self.kernels = from_legacy(type(self).__name__, kernels, fused_rowwise=fused_rowwise) \
+            .resolve(like=like if isinstance(like, Kernels) else None)
+        self.fused_rowwise = self.kernels.rowwise == 'fused'   # read by the call checks
         with self.name_scope():
             self.backbone = backbone
             self.start_scores = _dense(1)
             self.end_scores = _PairSequential(prefix='end_')
             self.end_scores.add(_dense(units, _PairDense), nn.Activation(activation),
                                 ResidualLayerNorm(layer_norm_eps, units,
-                                                  fused=self.fused_rowwise), _dense(1))
+                                                  kernels=self.kernels), _dense(1))
             self.answerable_scores = nn.HybridSequential(prefix='answerable_')
             self.answerable_scores.add(_dense(units), nn.Activation(activation),
                                        nn.Dropout(dropout), _dense(2))
@@ -232,6 +236,12 @@ class QAInference(CheckedBlock):
                        _checks.check_positive_int('end_top_n', end_top_n))
         with self.name_scope():
             self.model = model
+
+    @property
+    def kernels(self):
+        """The resolved kernel choice of the model it runs (:class:`gluon_attention.Kernels`);
+        the graph adds no kernel of its own."""
+        return self.model.kernels
 
     def check_inputs(self, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
         _check_head_inputs(self.model, tokens, token_types, valid_length, p_mask)

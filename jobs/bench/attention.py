@@ -13,9 +13,10 @@ import numpy as onp
 from mxnet import autograd, np, npx
 
 from gluon_attention.core import fused
+from gluon_attention.core.backends import attention
 from gluon_attention.core.cells import MultiHeadAttentionCell
-from gluon_attention.core.chunked import chunked_dot_attn
 from gluon_attention.core.functional import multi_head_dot_attn
+from gluon_attention.core.kernels import Kernels
 
 __all__ = ['CONFIGS', 'LONG_CONFIGS', 'attention_gflop', 'make_inputs', 'factories',
            'implementations',
@@ -77,12 +78,13 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_k
     mask = np.array(onp.arange(lm)[None, None, :] < lengths[:, None, None])   # (B, 1, L_m)
     if chunked:
         vl = np.array(lengths)
-        return lambda: _run(lambda *t: chunked_dot_attn(*t, vl, CHUNK_SIZE), (q, k, v), mode)
+        return lambda: _run(lambda *t: attention(*t, valid_length=vl, chunk_size=CHUNK_SIZE,
+                                                 backend='chunked')[0], (q, k, v), mode)
     if layout is None:
         return lambda: _run(lambda *t: multi_head_dot_attn(*t, mask)[0], (q, k, v), mode)
     heads, units = CONFIGS[config][1], CONFIGS[config][1] * CONFIGS[config][4]
     cell = MultiHeadAttentionCell(units, heads, layout=layout,
-                                  backend='fused' if fused_kernel else 'composed')
+                                  kernels=Kernels('fused' if fused_kernel else 'composed'))
     cell.hybridize(static_alloc=True, static_shape=True)
     if lengths_input or fused_kernel:    # the same key padding given as (B,) valid lengths
         vl = np.array(lengths, dtype='int32')

@@ -7,6 +7,7 @@ import os
 
 import mxnet as mx
 
+from gluon_attention.core.kernels import Kernels
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.qa import ModelForQAConditional
 from gluon_attention.pipelines.folder import HEAD_FILE, has_head, load_head
@@ -31,7 +32,7 @@ def build_model(model_dir, config, contexts, matmul_dtype='float32'):
     # ctx decides whether 'auto' picks the fused (CPU-only) attention kernel
     backbone = BertEncoder.from_pretrained(model_dir, ctx=contexts, dropout=config.dropout,
                                            attention_dropout=config.attention_dropout,
-                                           matmul_dtype=matmul_dtype)
+                                           kernels=Kernels(matmul_dtype=matmul_dtype))
     model = ModelForQAConditional(backbone, units=backbone.config['units'],
                                   dropout=config.classifier_dropout)
     for head in (model.start_scores, model.end_scores, model.answerable_scores):

@@ -9,8 +9,8 @@ from mxnet.gluon import HybridBlock
 
 import reference as ref
 from conftest import hybridize_mode, tol
-from gluon_attention import MultiHeadAttentionCell, TransformerEncoder
-from gluon_attention.core import backends, fused
+from gluon_attention import Kernels, MultiHeadAttentionCell, TransformerEncoder, attention
+from gluon_attention.core import fused
 
 needs_kernel = pytest.mark.skipif(not fused.available(), reason='the fused kernel is not built')
 BACKENDS = ['composed', pytest.param('fused', marks=needs_kernel), 'chunked']
@@ -56,7 +56,7 @@ def test_cell_result_depends_on_its_arguments_only(backend, mode):
     (B, L_q) lengths, then the first arguments again: each call matches the float64 oracle, the
     last gives the first result bit for bit, and every call returns (context, weights or
     None)."""
-    cell = hybridize_mode(MultiHeadAttentionCell(12, 3, backend=backend, chunk_size=2), mode)
+    cell = hybridize_mode(MultiHeadAttentionCell(12, 3, kernels=Kernels(backend), chunk_size=2), mode)
     assert cell.backend == backend
     calls = _calls(onp.random.RandomState(3), backend, mode)
     results = []
@@ -77,8 +77,8 @@ def test_backend_functions_share_one_signature_and_return_structure(backend):
     rng = onp.random.RandomState(4)
     query, key, value = _heads(rng, 2, 5, 7)
     lengths = np.array([[7, 1, 0, 4, 5], [2, 2, 3, 7, 6]], dtype='int32')
-    context, weights = backends.get_backend(backend)(query, key, value, None, None, lengths,
-                                                     layout='NTK', chunk_size=2)
+    context, weights = attention(query, key, value, None, None, lengths, layout='NTK',
+                                 chunk_size=2, backend=backend)
     want_context, want_weights = _oracle(query, key, value, None, lengths)
     onp.testing.assert_allclose(context.asnumpy(), want_context, **tol())
     if backend == 'composed':
@@ -107,15 +107,15 @@ def test_calls_a_backend_cannot_serve_raise_naming_the_alternative():
              ('chunked', (None, edges), "backend 'chunked' cannot take edge_scores: use "
                                         "backend='composed'")]
     for backend, extra, message in cases:
-        cell = MultiHeadAttentionCell(12, 3, backend=backend)
+        cell = MultiHeadAttentionCell(12, 3, kernels=Kernels(backend))
         with pytest.raises(ValueError, match=message):
             cell(query, key, value, *extra)
         assert cell.backend == backend and cell(query, key, value)[1] is None   # unchanged
-    with pytest.raises(ValueError, match="backend 'chunked' has no attention dropout"):
-        MultiHeadAttentionCell(backend='chunked', attention_dropout=0.1)
+    with pytest.raises(ValueError, match="attention='chunked' has no attention dropout"):
+        MultiHeadAttentionCell(kernels=Kernels('chunked'), attention_dropout=0.1)
     with pytest.raises(ValueError, match="backend 'fused' cannot take attention dropout"):
-        backends.fused_attn(query, key, value, dropout=0.1, layout='NTK')
-    parent = _Parent(MultiHeadAttentionCell(12, 3, backend='chunked'))
+        attention(query, key, value, dropout=0.1, layout='NTK', backend='fused')
+    parent = _Parent(MultiHeadAttentionCell(12, 3, kernels=Kernels('chunked')))
     parent.hybridize()
     with pytest.raises(ValueError, match="backend 'chunked' cannot take symbols.*use "
                                          "backend='composed' or 'fused' inside"):
@@ -124,13 +124,14 @@ def test_calls_a_backend_cannot_serve_raise_naming_the_alternative():
 
 def test_auto_is_resolved_once_at_construction():
     fused_here = 'fused' if fused.available() else 'composed'
-    assert backends.resolve_backend('auto', 0.0, mx.cpu()) == fused_here
-    assert backends.resolve_backend('auto', 0.1, mx.cpu()) == 'composed'
-    assert backends.resolve_backend('auto', 0.0, mx.gpu(0)) == 'composed'
-    assert MultiHeadAttentionCell(backend='auto').backend == fused_here
-    with pytest.raises(ValueError, match="backend must be one of 'auto', 'composed', 'fused', "
-                                         "'chunked'. Received: backend='flash'"):
-        MultiHeadAttentionCell(backend='flash')
+    assert Kernels().resolve(mx.cpu(), 0.0).attention == fused_here
+    assert Kernels().resolve(mx.cpu(), 0.1).attention == 'composed'
+    assert Kernels().resolve(mx.gpu(0), 0.0).attention == 'composed'
+    assert MultiHeadAttentionCell().backend == 'composed'       # a cell returns its weights
+    assert TransformerEncoder(1, 8, 12, 2, attention_dropout=0.0).kernels.attention == fused_here
+    with pytest.raises(ValueError, match="attention must be one of 'auto', 'composed', 'fused', "
+                                         "'chunked'. Received: attention='flash'"):
+        Kernels(attention='flash')
 
 
 @pytest.mark.parametrize('fused_flags', [(False, False), pytest.param((True, True),
@@ -140,7 +141,7 @@ def test_encoder_result_depends_on_its_arguments_only(fused_flags):
     attention takes one), then the first arguments: the first result again, imperatively and
     hybridized (same None pattern there)."""
     enc = TransformerEncoder(1, 8, 12, 2, dropout=0.0, attention_dropout=0.0,
-                             fused_attention=fused_flags[0], fused_rowwise=fused_flags[1])
+                             kernels=Kernels(*('fused' if f else 'composed' for f in fused_flags)))
     assert (enc.fused_attention, enc.fused_rowwise) == fused_flags
     enc.initialize(mx.init.Normal(0.3))
     rng = onp.random.RandomState(6)
@@ -155,7 +156,7 @@ def test_encoder_result_depends_on_its_arguments_only(fused_flags):
     enc(*other)
     onp.testing.assert_array_equal(enc(*first).asnumpy(), before)
     if fused_flags[0]:
-        with pytest.raises(ValueError, match='fused_attention=True takes key padding as '
-                                             'valid_length only, no mask: build it with '
-                                             'fused_attention=False'):
+        with pytest.raises(ValueError, match="attention='fused', rowwise='fused' takes key "
+                                             'padding as valid_length only, no mask: build it '
+                                             r"with Kernels\(attention='composed'\)"):
             enc(*first, np.ones((2, 5, 5)))

@@ -5,7 +5,8 @@ import pytest
 from mxnet import autograd, np
 
 from conftest import SEED, tol
-from gluon_attention import chunked_dot_attn, multi_head_dot_attn
+from gluon_attention import multi_head_dot_attn
+from gluon_attention.core.chunked import _chunked_dot_attn as chunked_dot_attn
 
 # Distinct primes per dimension, so a wrong axis cannot pass: B, K, L_q, L_m, C_k, C_v.
 B, K, LQ, LM, CK, CV = 3, 2, 11, 7, 5, 13

@@ -51,7 +51,7 @@ BLOCKS = {
         lambda b, lq, lm: _per_head(b, lq, lm) + [None, None, _lengths(b, lm)],
         [(2, 0, 8), (2, 2, 0, 5)]),
     'MultiHeadAttentionCell-fused': (
-        lambda: cells.MultiHeadAttentionCell(layout='NKT', backend='fused'),
+        lambda: cells.MultiHeadAttentionCell(layout='NKT', kernels=ga.Kernels('fused')),
         lambda b, lq, lm: _per_head(b, lq, lm) + [None, None, _lengths(b, lm)],
         [(2, 0, 8)]),
     'MultiHeadAttention': (
@@ -106,8 +106,8 @@ def test_blocks_refuse_empty_batch_or_memory_in_every_mode(name, empty, mode):
 
 @pytest.mark.parametrize('empty', ['B', 'L_m'])
 @pytest.mark.parametrize('path', ['multi_head_dot_attn-mask', 'multi_head_dot_attn-valid_length',
-                                  'chunked_dot_attn',
-                                  pytest.param('fused_dot_attn', marks=needs_kernel)])
+                                  'attention-chunked',
+                                  pytest.param('attention-fused', marks=needs_kernel)])
 def test_functions_refuse_empty_batch_or_memory(path, empty):
     b, lm = (0, 5) if empty == 'B' else (2, 0)
     q, k, v = _per_head(b, 3, lm)
@@ -116,8 +116,10 @@ def test_functions_refuse_empty_batch_or_memory(path, empty):
             q, k, v, np.ones((b, 3, lm), dtype=bool)),
         'multi_head_dot_attn-valid_length': lambda: ga.multi_head_dot_attn(
             q, k, v, valid_length=ints([0] * b)),
-        'chunked_dot_attn': lambda: ga.chunked_dot_attn(q, k, v, ints([0] * b), chunk_size=2),
-        'fused_dot_attn': lambda: ga.fused_dot_attn(q, k, v, ints([0] * b)),
+        'attention-chunked': lambda: ga.attention(q, k, v, valid_length=ints([0] * b),
+                                                  chunk_size=2, backend='chunked'),
+        'attention-fused': lambda: ga.attention(q, k, v, valid_length=ints([0] * b),
+                                                backend='fused'),
     }
     with pytest.raises(ValueError, match=EMPTY_MESSAGE):
         calls[path]()
@@ -153,8 +155,8 @@ def test_empty_query_gives_zero_key_and_value_gradients(name, mode):
 
 
 @pytest.mark.parametrize('path', ['multi_head_dot_attn-mask', 'multi_head_dot_attn-valid_length',
-                                  'multi_head_dot_attn', 'chunked_dot_attn',
-                                  pytest.param('fused_dot_attn', marks=needs_kernel)])
+                                  'multi_head_dot_attn', 'attention-chunked',
+                                  pytest.param('attention-fused', marks=needs_kernel)])
 def test_functions_give_an_empty_context_for_an_empty_query(path):
     q, k, v = _per_head(2, 0, 5)
     calls = {
@@ -163,8 +165,10 @@ def test_functions_give_an_empty_context_for_an_empty_query(path):
         'multi_head_dot_attn-valid_length': lambda: ga.multi_head_dot_attn(
             q, k, v, valid_length=ints([5, 2]))[0],
         'multi_head_dot_attn': lambda: ga.multi_head_dot_attn(q, k, v)[0],
-        'chunked_dot_attn': lambda: ga.chunked_dot_attn(q, k, v, ints([5, 2]), chunk_size=2),
-        'fused_dot_attn': lambda: ga.fused_dot_attn(q, k, v, ints([5, 2])),
+        'attention-chunked': lambda: ga.attention(q, k, v, valid_length=ints([5, 2]),
+                                                  chunk_size=2, backend='chunked')[0],
+        'attention-fused': lambda: ga.attention(q, k, v, valid_length=ints([5, 2]),
+                                                backend='fused')[0],
     }
     context = calls[path]()
     mx.nd.waitall()

@@ -16,7 +16,7 @@ from mxnet import autograd, np
 
 import reference as ref
 from conftest import HYBRID_MODES, hybridize_mode, num_gpus, tol
-from gluon_attention import MultiHeadAttentionCell
+from gluon_attention import Kernels, MultiHeadAttentionCell
 from gluon_attention.core import fused
 from gluon_attention.models.encoder import BertEncoder, TransformerEncoder
 
@@ -61,7 +61,7 @@ def run_fused(q, key, v, lengths, layout, head, **kwargs):
         x.attach_grad()
     vl = None if lengths is None else np.array(lengths, dtype='int32')
     with autograd.record():
-        ctx = fused.fused_dot_attn(*arrays, vl, layout=layout, **kwargs)
+        ctx = fused._fused_dot_attn(*arrays, vl, layout=layout, **kwargs)
         loss = (ctx * np.array(head, dtype='float32')).sum()
     loss.backward()
     return ctx.asnumpy(), [x.grad.asnumpy() for x in arrays]
@@ -160,7 +160,8 @@ def test_fused_cell_equals_composed_cell(rng, mode, layout):
     results = []
     for fused_flag in (True, False):
         cell = hybridize_mode(MultiHeadAttentionCell(
-            layout=layout, backend='fused' if fused_flag else 'composed', normalized=True), mode)
+            layout=layout, kernels=Kernels('fused' if fused_flag else 'composed'),
+            normalized=True), mode)
         arrays = [np.array(x, dtype='float32') for x in (q, key, v)]
         for x in arrays:
             x.attach_grad()
@@ -179,7 +180,7 @@ def test_fused_cell_export_round_trip_in_fresh_process(rng, tmp_path):
     in another process and gives the same context."""
     q, key, v = make_inputs(rng, 'NTK', 2, 3, 6, 6, 4, 4)
     vl = onp.array([6, 2], dtype='int32')
-    cell = MultiHeadAttentionCell(layout='NTK', backend='fused')
+    cell = MultiHeadAttentionCell(layout='NTK', kernels=Kernels('fused'))
     cell.hybridize(static_alloc=True, static_shape=True)
     inputs = [np.array(x, dtype='float32') for x in (q, key, v)]
     ctx = cell(*inputs, None, None, np.array(vl))[0].asnumpy()
@@ -204,39 +205,37 @@ def test_fused_cell_export_round_trip_in_fresh_process(rng, tmp_path):
 def test_fused_errors(rng):
     q, key, v = (np.array(x, dtype='float32') for x in make_inputs(rng, 'NKT', 2, 2, 3, 4, 4, 4))
     with pytest.raises(TypeError, match='must share one float dtype'):
-        fused.fused_dot_attn(q.astype('float16'), key, v)
+        fused._fused_dot_attn(q.astype('float16'), key, v)
     with pytest.raises(TypeError, match='query must be float32'):
-        fused.fused_dot_attn(q.astype('float16'), key.astype('float16'), v.astype('float16'))
+        fused._fused_dot_attn(q.astype('float16'), key.astype('float16'), v.astype('float16'))
     with pytest.raises(ValueError, match=r'valid_length must have shape \(B,\) or \(B, L_q\)'):
-        fused.fused_dot_attn(q, key, v, np.array([1, 2, 3]))
+        fused._fused_dot_attn(q, key, v, np.array([1, 2, 3]))
     with pytest.raises(ValueError, match=r'valid_length must lie in \[0, 4\]'):
-        fused.fused_dot_attn(q, key, v, np.array([5, 1]))
+        fused._fused_dot_attn(q, key, v, np.array([5, 1]))
     with pytest.raises(ValueError, match='share B and K'):
-        fused.fused_dot_attn(q, key[:1], v[:1])
+        fused._fused_dot_attn(q, key[:1], v[:1])
     with pytest.raises(TypeError, match='must be an mx.np array'):
-        fused.fused_dot_attn(q.as_nd_ndarray(), key, v)
+        fused._fused_dot_attn(q.as_nd_ndarray(), key, v)
     with pytest.raises(ValueError, match='query_head_units must be a positive integer'):
-        fused.fused_dot_attn(q, key, v, query_head_units=0)
+        fused._fused_dot_attn(q, key, v, query_head_units=0)
     with pytest.raises(TypeError, match='scaled must be a bool'):
-        fused.fused_dot_attn(q, key, v, scaled='no')
+        fused._fused_dot_attn(q, key, v, scaled='no')
     with pytest.raises(ValueError, match=r'needs C_k > 0'):
-        fused.fused_dot_attn(q[..., :0], key[..., :0], v)
-    with pytest.raises(ValueError, match="backend 'fused' has no attention dropout: use "
-                                         "backend='composed'"):
-        MultiHeadAttentionCell(backend='fused', attention_dropout=0.1)
-    cell = MultiHeadAttentionCell(layout='NKT', backend='fused')
+        fused._fused_dot_attn(q[..., :0], key[..., :0], v)
+    with pytest.raises(ValueError, match="attention='fused' has no attention dropout: use "
+                                         "attention='composed'"):
+        MultiHeadAttentionCell(kernels=Kernels('fused'), attention_dropout=0.1)
+    cell = MultiHeadAttentionCell(layout='NKT', kernels=Kernels('fused'))
     with pytest.raises(ValueError, match="backend 'fused' cannot take a mask .* use "
                                          "backend='composed'"):
         cell(q, key, v, np.ones((2, 3, 4)))
 
 
 def test_resolve_auto():
-    assert fused.resolve('auto', 0.0, mx.cpu()) is True
-    assert fused.resolve('auto', 0.1, mx.cpu()) is False
-    assert fused.resolve('auto', 0.0, [mx.cpu(), mx.gpu(0)]) is False
-    assert fused.resolve(False) is False
-    with pytest.raises(TypeError, match='fused_attention'):
-        fused.resolve('yes')
+    assert Kernels().resolve(mx.cpu(), 0.0).attention == 'fused'
+    assert Kernels().resolve(mx.cpu(), 0.1).attention == 'composed'
+    assert Kernels().resolve([mx.cpu(), mx.gpu(0)], 0.0).attention == 'composed'
+    assert Kernels().resolve(mx.cpu(), 0.0, weights=True).attention == 'composed'
 
 
 def test_fused_encoder_equals_composed_encoder(rng):
@@ -247,7 +246,8 @@ def test_fused_encoder_equals_composed_encoder(rng):
     results = []
     for flag in (True, False):
         enc = TransformerEncoder(2, 16, 24, 4, dropout=0.0, attention_dropout=0.0,
-                                 fused_attention=flag, prefix='enc_')
+                                 kernels=Kernels('fused' if flag else 'composed'),
+                                 prefix='enc_')
         assert enc.fused_attention is flag
         mx.random.seed(3)                                 # the same weights for both
         enc.initialize(mx.init.Normal(0.5))
@@ -284,10 +284,11 @@ def test_encoders_fall_back_to_composed_attention_on_gpu(rng):
     assert BertEncoder.from_pretrained(ctx=gpu, attention_dropout=0.0).encoder.fused_attention \
         is False
     enc = TransformerEncoder(1, 8, 12, 2, dropout=0.0, attention_dropout=0.0,
-                             fused_attention=True)
+                             kernels=Kernels('fused'))
     enc.initialize(ctx=gpu)
     enc.hybridize()
-    with pytest.raises(ValueError, match='runs on CPU only: build it with fused_attention=False'):
+    with pytest.raises(ValueError, match=r"runs on CPU only: build it with "
+                                         r"Kernels\(attention='composed'"):
         enc(np.array(rng.normal(size=(2, 5, 8)), ctx=gpu), np.array([5, 2], ctx=gpu))
     assert enc.fused_attention
 

@@ -53,7 +53,7 @@ WORKER = textwrap.dedent('''
             x.attach_grad()
         vl = np.array(data['%d_vl' % i]) if '%d_vl' % i in data else None
         with autograd.record():
-            ctx = fused.fused_dot_attn(*arrays, vl, layout=layout)
+            ctx = fused._fused_dot_attn(*arrays, vl, layout=layout)
             loss = (ctx * np.array(data['%d_head' % i])).sum()
         loss.backward()
         out['%d_ctx' % i] = ctx.asnumpy()

@@ -14,6 +14,7 @@ from mxnet import autograd
 import reference as ref
 from conftest import HYBRID_MODES, HYBRID_TOL, hybridize_mode, tol
 from gluon_attention.core import fused
+from gluon_attention.core.kernels import Kernels
 from gluon_attention.core.fused_rowwise import (DenseGELU, ResidualLayerNorm, add_layer_norm,
                                                 bias_gelu)
 from gluon_attention.models.encoder import TransformerEncoder
@@ -126,6 +127,7 @@ mx.npx.set_np()
 sys.path[:0] = sys.argv[2:]
 import test_fused_rowwise as t
 from gluon_attention.core import fused
+from gluon_attention.core.kernels import Kernels
 x, res, gamma, beta, head = t.inputs(onp.random.RandomState(5), (6,), 37)
 got = t.run_layer_norm(x, res, gamma, beta, head, 1e-5) + t.run_gelu(x * 4, gamma, head)
 onp.savez(sys.argv[1], *got)
@@ -162,12 +164,16 @@ def run_block(block, mode, args):
         [p.grad().asnumpy() for _, p in params]
 
 
+def _rowwise(fused_flag):
+    return Kernels(rowwise='fused' if fused_flag else 'composed')
+
+
 @pytest.mark.parametrize('mode', HYBRID_MODES[1:])
 def test_blocks_hybridized_equal_imperative_and_composed(mode):
     rng = onp.random.RandomState(6)
     x, res = (rng.normal(size=(2, 3, 24)).astype('float32') for _ in range(2))
-    for make, args in ((lambda f: ResidualLayerNorm(1e-12, 24, fused=f), (x, res)),
-                       (lambda f: DenseGELU(16, 24, fused=f), (x,))):
+    for make, args in ((lambda f: ResidualLayerNorm(1e-12, 24, kernels=_rowwise(f)), (x, res)),
+                       (lambda f: DenseGELU(16, 24, kernels=_rowwise(f)), (x,))):
         blocks = [make(f) for f in (True, True, False)]
         for block in blocks:
             block.initialize(mx.init.Normal(0.5))
@@ -184,7 +190,8 @@ def test_parameter_gradients_accumulate_with_grad_req_add(mode):
     """Two backward passes into grad_req='add' parameters give twice one pass (the custom
     operators overwrite their outputs; the parameters' gradients are added by MXNet)."""
     x = mx.np.array(onp.random.RandomState(10).normal(size=(3, 12)).astype('float32'))
-    for block in (ResidualLayerNorm(1e-5, 12, fused=True), DenseGELU(5, 12, fused=True)):
+    for block in (ResidualLayerNorm(1e-5, 12, kernels=_rowwise(True)),
+                  DenseGELU(5, 12, kernels=_rowwise(True))):
         block.initialize(mx.init.Normal(0.5))
         hybridize_mode(block, mode)
         params = list(block.collect_params().values())
@@ -210,7 +217,7 @@ def test_encoder_fused_rowwise_equals_composed_and_keeps_parameter_names():
     names, results = None, []
     for flag in (True, False):
         enc = TransformerEncoder(2, 16, 24, 4, dropout=0.0, attention_dropout=0.0,
-                                 fused_rowwise=flag, prefix='enc_')
+                                 kernels=_rowwise(flag), prefix='enc_')
         assert enc.fused_rowwise is flag
         mx.random.seed(8)                                 # the same weights for both
         enc.initialize(mx.init.Normal(0.3))
@@ -230,7 +237,7 @@ def test_encoder_fused_rowwise_equals_composed_and_keeps_parameter_names():
 
 def test_export_notes_the_library_and_reloads(tmp_path):
     rng = onp.random.RandomState(9)
-    block = ResidualLayerNorm(1e-5, 6, fused=True)
+    block = ResidualLayerNorm(1e-5, 6, kernels=_rowwise(True))
     block.initialize(mx.init.Normal(1.0))
     batches = [tuple(rng.normal(size=(b, 4, 6)) for _ in range(2)) for b in (2, 3)]
     _, report = export.export_and_check(block, str(tmp_path / 'ln'), batches, ['x', 'res'],

@@ -17,6 +17,7 @@ from mxnet.gluon import nn
 from conftest import HYBRID_MODES, SEED, hybridize_mode
 from gluon_attention.core import matmul
 from gluon_attention.core.fused_rowwise import DenseGELU
+from gluon_attention.core.kernels import Kernels
 from gluon_attention.models.encoder import TransformerEncoder
 
 needs_bf16 = pytest.mark.skipif(matmul.bfloat16_problem() is not None,
@@ -131,7 +132,8 @@ def test_bfloat16_dense_gelu_rounds_the_product_only(fused):
     if fused and not fused_lib.available():
         pytest.skip('the fused kernel library is not built: ' + str(fused_lib.load_error()))
     x, w, b, _ = random_case(onp.random.RandomState(SEED))
-    block = DenseGELU(w.shape[0], w.shape[1], fused=fused, matmul_dtype='bfloat16')
+    block = DenseGELU(w.shape[0], w.shape[1], kernels=Kernels(
+        rowwise='fused' if fused else 'composed', matmul_dtype='bfloat16'))
     block.initialize()
     block.weight.set_data(mx.np.array(w))
     block.bias.set_data(mx.np.array(b))
@@ -167,7 +169,7 @@ def test_unknown_matmul_dtype_is_refused():
     with pytest.raises(ValueError, match="matmul_dtype must be one of 'float32', 'bfloat16'"):
         matmul.Dense(4, in_units=3, matmul_dtype='float16')
     with pytest.raises(ValueError, match='matmul_dtype'):
-        TransformerEncoder(1, 8, 16, 2, matmul_dtype='bf16')
+        TransformerEncoder(1, 8, 16, 2, kernels=Kernels(matmul_dtype='bf16'))
     with pytest.raises(ValueError, match='matmul_dtype'):
         matmul.set_matmul_dtype(nn.HybridSequential(), 'int8')
 
@@ -181,8 +183,7 @@ def test_bfloat16_off_the_cpu_is_refused_before_any_work():
 @needs_bf16
 def test_bfloat16_with_float16_parameters_is_a_type_error():
     encoder = TransformerEncoder(1, 8, 16, 2, dropout=0.0, attention_dropout=0.0,
-                                 fused_attention=False, fused_rowwise=False,
-                                 matmul_dtype='bfloat16')
+                                 kernels=Kernels('composed', 'composed', 'bfloat16'))
     encoder.initialize()
     encoder.cast('float16')
     with pytest.raises(TypeError, match='keeps float32 parameters'):

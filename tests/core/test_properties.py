@@ -19,6 +19,7 @@ import gluon_attention as ga
 from gluon_attention.core import cells
 from gluon_attention.core import functional as fn
 from gluon_attention.core import softmax as sm
+from gluon_attention.models.nli import Attend
 
 EXAMPLES = int(os.environ.get('GA_HYPOTHESIS_EXAMPLES', '15'))
 settings.register_profile('gluon_attention_properties', max_examples=EXAMPLES, deadline=None,
@@ -282,7 +283,7 @@ def test_nli_alignment_padding_and_hybrid_parity(b, la, lb, c, seed):
     rng = onp.random.RandomState(seed)
     A, B = rng.normal(size=(b, la, c)), rng.normal(size=(b, lb, c))
     vla, vlb = rng.randint(0, la + 1, size=b), rng.randint(0, lb + 1, size=b)
-    block = ga.Attend(4, dropout=0.0)
+    block = Attend(4, dropout=0.0)
     block.initialize(mx.init.Normal(0.5))
     lengths = (_f(vla, 'int32'), _f(vlb, 'int32'))
     beta, alpha = (o.asnumpy() for o in block(_f(A), _f(B), *lengths))

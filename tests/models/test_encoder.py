@@ -276,15 +276,16 @@ def test_encoder_blocks_take_data_valid_length_then_mask():
     data = np.array(rng.normal(size=(2, 4, 8)), dtype='float32')
     lengths = np.array([4, 2], dtype='int32')
     mask = ga.gen_self_attn_mask(data, lengths)                          # (B, T, T)
-    layer = TransformerEncoderLayer(8, 12, 2, dropout=0.0, attention_dropout=0.0)
+    composed = ga.Kernels(attention='composed')                            # it takes a mask
+    layer = TransformerEncoderLayer(8, 12, 2, dropout=0.0, attention_dropout=0.0,
+                                    kernels=composed)
     layer.initialize(mx.init.Normal(0.3))
     keep = valid_positions(lengths.asnumpy(), 4)
     onp.testing.assert_allclose(layer(data, lengths).asnumpy()[keep],
                                 layer(data, None, mask).asnumpy()[keep], rtol=1e-5, atol=1e-6)
     stack = TransformerEncoder(1, 8, 12, 2, dropout=0.0, attention_dropout=0.0,
-                                  fused_attention=False)
-    bert = BertEncoder(10, 8, 12, 1, 2, dropout=0.0, attention_dropout=0.0,
-                       fused_attention=False)
+                               kernels=composed)
+    bert = BertEncoder(10, 8, 12, 1, 2, dropout=0.0, attention_dropout=0.0, kernels=composed)
     ids = np.array(rng.randint(0, 10, size=(2, 4)), dtype='int32')
     for block, args in ((stack, (data,)), (bert, (ids, None))):
         block.initialize(mx.init.Normal(0.3))

@@ -8,7 +8,7 @@ from mxnet import np
 
 from block_utils import ints, rand
 from conftest import HYBRID_MODES, hybridize_mode
-from gluon_attention import _checks
+from gluon_attention import Kernels, _checks
 from gluon_attention.models.encoder import BertEncoder, TransformerEncoder, TransformerEncoderLayer
 from gluon_attention.models.nli import Attend, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference
@@ -160,9 +160,10 @@ def test_encoders_refuse_data_of_another_dtype_than_their_parameters(mode, which
 
 
 def test_fused_bert_encoder_refuses_parameters_cast_to_float64():
-    block = BertEncoder(fused_attention=False, fused_rowwise=True, **TINY)
+    block = BertEncoder(kernels=Kernels('composed', 'fused'), **TINY)
     block.initialize()
     block.cast('float64')
-    with pytest.raises(TypeError, match=r"fused_rowwise=True runs float32 parameters only.*"
+    with pytest.raises(TypeError, match=r"BertEncoder built with rowwise='fused' keeps float32 "
+                       r"parameters.*"
                        r"Received: parameters dtype='float64'"):
         _bert_call(block, 1, 4)
