@@ -43,5 +43,7 @@ setup(
         # Multi Model Server: its frontend needs a Java runtime (a system package, see README)
         'serve': ['multi-model-server==1.1.11', 'model-archiver==1.0.3'],
         'test': ['pytest>=7,<10', 'hypothesis>=6,<7', 'gluonnlp>=0.10,<0.11'],
+        # the API reference (make docs): Sphinx with numpydoc, MXNet's and GluonNLP's tools
+        'docs': ['sphinx>=9.0,<10', 'numpydoc>=1.11,<2'],
     },
 )

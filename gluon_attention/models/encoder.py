@@ -199,9 +199,12 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         accumulation and parameters: :mod:`gluon_attention.core.matmul`; CPU only). Everything
         else runs in float32. Default 'float32'.
 
-    Inputs (positional, the order of every encoder block: data, valid_length, mask)
-    ------
+    Notes
+    -----
+    Inputs, positional (the order of every encoder block): ``(data, valid_length, mask)``.
+
     data : float32 (B, T, D)
+        The input sequences.
     valid_length : int (B,) or (B, T), optional
         Memory lengths (the fast path for key padding; see
         :func:`gluon_attention.multi_head_dot_attn`, which also says which 0/1 (B, T) arrays are
@@ -304,9 +307,12 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
     matmul_dtype : {'float32', 'bfloat16'}
         As in :class:`TransformerEncoderLayer`, for every layer.
 
-    Inputs (positional: data, valid_length, mask)
-    ------
+    Notes
+    -----
+    Inputs, positional: ``(data, valid_length, mask)``.
+
     data : float32 (B, T, D)
+        The input sequences.
     valid_length : int32 (B,), required
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
@@ -410,8 +416,10 @@ class BertEncoder(CheckedBlock):
         bfloat16 (a faster fine-tuning step on CPUs with AVX512-BF16); the embeddings,
         LayerNorms, attention and parameters stay float32. Not part of ``config``.
 
-    Inputs (positional: token_ids, token_types, valid_length, mask)
-    ---------------------------------------------------------------
+    Notes
+    -----
+    Inputs, positional: ``(token_ids, token_types, valid_length, mask)``.
+
     token_ids : int32 (B, T)
         Word ids in [0, V).
     token_types : int32 (B, T) or None
