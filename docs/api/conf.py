@@ -60,7 +60,7 @@ warnings.showwarning = show_warning
 
 
 #: Where each name of ``gluon_attention.__all__`` is documented: a name whose target no page
-#: documents is a warning (see :func:`check_exported`).
+#: documents is a warning (see :func:`resolve_alias`).
 EXPORTED_TARGETS = set()
 
 
@@ -83,12 +83,36 @@ def toplevel_names():
     return '\n'.join(lines)
 
 
-def check_exported(app, env, node, contnode):   # pylint: disable=unused-argument
-    """Warn when a name of ``gluon_attention.__all__`` links to no documented object."""
+def canonical_target(target):
+    """The documented name of ``target`` when it is a public alias (``gluon_attention.BertEncoder``
+    for ``gluon_attention.models.encoder.BertEncoder``); None when it is no importable object."""
+    if not target or not target.startswith('gluon_attention.'):
+        return None
+    obj = importlib.import_module('gluon_attention')
+    for part in target.split('.')[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if isinstance(obj, type(sys)):
+        return obj.__name__
+    module, qualname = getattr(obj, '__module__', None), getattr(obj, '__qualname__', None)
+    return '{}.{}'.format(module, qualname) if module and qualname else None
+
+
+def resolve_alias(app, env, node, contnode):
+    """Resolve a reference to a public alias through the name its object is documented under;
+    warn when a name of ``gluon_attention.__all__`` is documented nowhere."""
     target = node.get('reftarget')
+    canonical = canonical_target(target)
+    if canonical and canonical != target and node.get('refdomain') == 'py':
+        found = env.get_domain('py').resolve_any_xref(env, node['refdoc'], app.builder,
+                                                      canonical, node, contnode)
+        if found:
+            return found[0][1]
     if target in EXPORTED_TARGETS:
         LOGGER.warning('gluon_attention.__all__ exports %s, which no page of the reference '
                        'documents', target, location=node)
+    return None
 
 
 def optional_toctree():
@@ -109,4 +133,4 @@ def fill_placeholders(app, docname, source):   # pylint: disable=unused-argument
 
 def setup(app):
     app.connect('source-read', fill_placeholders)
-    app.connect('missing-reference', check_exported)
+    app.connect('missing-reference', resolve_alias)
