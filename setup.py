@@ -47,5 +47,7 @@ setup(
         'jobs': ['tqdm>=4.42,<5', 'tokenizers>=0.13,<1', 'safetensors>=0.3,<1',
                  'matplotlib>=3.5,<4'],
         'test': ['pytest>=7,<10', 'hypothesis>=6,<7', 'gluonnlp>=0.10,<0.11'],
+        # the API reference (make docs): Sphinx with numpydoc, MXNet's and GluonNLP's tools
+        'docs': ['sphinx>=9.0,<10', 'numpydoc>=1.11,<2'],
     },
 )

@@ -57,13 +57,13 @@ def _chunked_dot_attn(query, key, value, mask_or_valid_length=None, chunk_size=5
     Parameters
     ----------
     query, key, value : float arrays in ``layout``, as in
-        :func:`~gluon_attention.functional.multi_head_dot_attn`.
+        :func:`~gluon_attention.core.functional.multi_head_dot_attn`.
     mask_or_valid_length : int (B,) valid lengths of the memory, a 0/1 (B, L_q, L_m) mask
         (L_q may be 1), or None.
     chunk_size : int
         Query positions per chunk (the last chunk may be shorter).
     scaled, normalized, eps, query_head_units, layout
-        As in :func:`~gluon_attention.functional.multi_head_dot_attn` (no dropout: inference
+        As in :func:`~gluon_attention.core.functional.multi_head_dot_attn` (no dropout: inference
         and exact training use).
     synchronize : bool
         Wait for each chunk before issuing the next, so MXNet's asynchronous engine cannot

@@ -2,7 +2,7 @@
 
 :func:`_fused_dot_attn` (the ``'fused'`` backend of :func:`gluon_attention.attention`)
 computes the context of
-:func:`~gluon_attention.functional.multi_head_dot_attn` with key-padding lengths, without ever
+:func:`~gluon_attention.core.functional.multi_head_dot_attn` with key-padding lengths, without ever
 holding the (B, K, L_q, L_m) scores or weights: for each (batch, head), panels of query rows
 meet blocks of keys with an online softmax over the valid keys only, the scores staying in a
 per-thread buffer; the backward pass recomputes each block's weights from the saved

@@ -178,9 +178,12 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         Deprecated (DeprecationWarning): the fields of ``kernels`` (True is 'fused', False
         'composed').
 
-    Inputs (positional, the order of every encoder block: data, valid_length, mask)
-    ------
+    Notes
+    -----
+    Inputs, positional (the order of every encoder block): ``(data, valid_length, mask)``.
+
     data : float32 (B, T, D)
+        The input sequences.
     valid_length : int (B,) or (B, T), optional
         Memory lengths (the fast path for key padding; see
         :func:`gluon_attention.multi_head_dot_attn`, which also says which 0/1 (B, T) arrays are
@@ -279,9 +282,12 @@ class TransformerEncoder(_KernelChoice, Float32OnCPU):
     fused_attention, fused_rowwise, matmul_dtype
         Deprecated: the fields of ``kernels``.
 
-    Inputs (positional: data, valid_length, mask)
-    ------
+    Notes
+    -----
+    Inputs, positional: ``(data, valid_length, mask)``.
+
     data : float32 (B, T, D)
+        The input sequences.
     valid_length : int32 (B,), required
         Valid positions per sequence, in [0, T]; positions at or beyond it are neither attended
         to nor meaningful in the output (a padded query row attends nothing: its context is zero).
@@ -385,8 +391,10 @@ class BertEncoder(CheckedBlock):
     fused_attention, fused_rowwise, matmul_dtype
         Deprecated: the fields of ``kernels``.
 
-    Inputs (positional: token_ids, token_types, valid_length, mask)
-    ---------------------------------------------------------------
+    Notes
+    -----
+    Inputs, positional: ``(token_ids, token_types, valid_length, mask)``.
+
     token_ids : int32 (B, T)
         Word ids in [0, V).
     token_types : int32 (B, T) or None

@@ -47,6 +47,30 @@ def test_readme_quickstart_runs_and_reloads_without_a_warning(tmp_path):
     assert 'Cannot decide type for the following arguments' in bare.stderr
 
 
+#: Packages the README quickstart must run without (it claims mxnet, numpy and the package only).
+#: onnx is not in the list while gluon_attention.export imports it when imported.
+OPTIONAL_PACKAGES = ('tokenizers', 'safetensors', 'tqdm', 'matplotlib', 'gluonnlp', 'mms',
+                     'model_archiver', 'torch', 'transformers')
+
+BLOCKER = """import sys
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError('blocked optional package: ' + name)
+sys.meta_path.insert(0, _Blocked())
+"""
+
+
+def test_readme_quickstart_needs_no_optional_package(tmp_path):
+    code = BLOCKER.format(blocked=set(OPTIONAL_PACKAGES)) + readme_block('## Quickstart')
+    proc = run_fresh(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == '0.0'
+    # the control: the blocker does block
+    proc = run_fresh(BLOCKER.format(blocked={'tokenizers'}) + 'import tokenizers', tmp_path)
+    assert 'blocked optional package: tokenizers' in proc.stderr
+
+
 @pytest.mark.skipif(not fused.available(), reason='the fused kernel library is not built')
 def test_fused_graph_loads_in_a_fresh_process_with_its_operators_and_no_warning(tmp_path):
     encoder = BertEncoder(50, units=16, hidden_size=24, num_layers=1, num_heads=2, max_length=32,

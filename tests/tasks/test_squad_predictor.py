@@ -128,15 +128,15 @@ def test_predict_one_question_shows_the_best_span_and_json(legacy, capsys):
 
 
 def test_readme_example_runs_outside_numpy_mode(legacy, tmp_path, monkeypatch, capsys):
-    """The README's QAPredictor example, as written, on a copy of the legacy folder as
+    """The QAPredictor example of docs/usage.md, as written, on a copy of the legacy folder as
     runs/squad/model, with MXNet's numpy mode off (a process without mx.npx.set_np())."""
-    text = (Path(__file__).resolve().parents[2] / 'README.md').read_text(encoding='utf-8')
+    text = (Path(__file__).resolve().parents[2] / 'docs' / 'usage.md').read_text(encoding='utf-8')
     section = text.split('### Answering questions from Python', 1)[1]
     code = section.split('```python\n', 1)[1].split('```', 1)[0]
     shutil.copytree(legacy['folder'], tmp_path / 'runs' / 'squad' / 'model')
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
     with mx.util.np_array(False), mx.util.np_shape(False):
-        exec(compile(code, 'README.md', 'exec'), {})     # pylint: disable=exec-used
+        exec(compile(code, 'docs/usage.md', 'exec'), {})     # pylint: disable=exec-used
     want = legacy['model'].answer_batch([('Who ruled?', 'Duke Rollo ruled.'), ('', 'No question.')])
     assert capsys.readouterr().out.strip().splitlines()[-1] == str([a.to_dict() for a in want])
