@@ -320,7 +320,7 @@ def run_onnx(session_or_path, inputs, threads=None):
 
 
 def max_abs_diff(want, got):
-    """Largest |want - got| over two arrays of one shape; equal values (infinities included)
+    """Largest ``|want - got|`` over two arrays of one shape; equal values (infinities included)
     and NaN against NaN count 0."""
     want, got = onp.asarray(want, 'float64'), onp.asarray(got, 'float64')
     same = (want == got) | (onp.isnan(want) & onp.isnan(got))
