@@ -84,13 +84,15 @@ def _read_config(file):
     if missing:
         _checks.fail('config.json lacks the BERT keys {}'.format(', '.join(missing)),
                      config=str(file))
-    if raw.get('hidden_act', 'gelu') != 'gelu':
-        _checks.fail("config.json must have hidden_act='gelu' (exact erf GELU)",
+    if raw.get('hidden_act', 'gelu') not in _ACTIVATIONS:
+        _checks.fail("config.json must have hidden_act 'gelu' (exact erf GELU) or 'relu'",
                      hidden_act=raw['hidden_act'])
     if raw.get('position_embedding_type', 'absolute') != 'absolute':
         _checks.fail("config.json must have position_embedding_type='absolute'",
                      position_embedding_type=raw['position_embedding_type'])
-    return {arg: raw.get(key, _CONFIG_DEFAULTS.get(key)) for arg, key in _CONFIG_KEYS.items()}
+    config = {arg: raw.get(key, _CONFIG_DEFAULTS.get(key)) for arg, key in _CONFIG_KEYS.items()}
+    config['activation'] = raw.get('hidden_act', 'gelu')
+    return config
 
 
 _EMBEDDING_NAMES = {'embeddings.word_embeddings.weight': 'word_embed.weight',
@@ -102,12 +104,17 @@ _LAYER_NAMES = {'attention.self.query': 'attn_query', 'attention.self.key': 'att
                 'attention.self.value': 'attn_value', 'attention.output.dense': 'attn_proj',
                 'attention.output.LayerNorm': 'attn_ln', 'intermediate.dense': 'ffn_1',
                 'output.dense': 'ffn_2', 'output.LayerNorm': 'ffn_ln'}
+_ACTIVATIONS = ('gelu', 'relu')
 _LEAF_NAMES = {'weight': 'weight', 'bias': 'bias', 'gamma': 'weight', 'beta': 'bias'}
 
 
-def _bert_name_map(num_layers):
-    """Standard BERT tensor name -> structural parameter name of a BertEncoder."""
+def _bert_name_map(config):
+    """Standard BERT tensor name -> structural parameter name of a BertEncoder of ``config``
+    (no token type embedding when ``num_token_types`` is 0)."""
+    num_layers = config['num_layers']
     names = dict(_EMBEDDING_NAMES)
+    if not config.get('num_token_types', 2):
+        del names['embeddings.token_type_embeddings.weight']
     for i in range(num_layers):
         for bert, ours in _LAYER_NAMES.items():
             is_norm = ours.endswith('_ln')
@@ -137,7 +144,7 @@ def _canonical_names(tensors):
 
 def load_bert_tensors(block, tensors, source):
     """Copy the checkpoint's tensors into ``block``'s parameters, checking names and shapes."""
-    names = _bert_name_map(block.config['num_layers'])
+    names = _bert_name_map(block.config)
     tensors = _canonical_names(tensors)
     missing = sorted(set(names) - set(tensors))
     unexpected = sorted(set(tensors) - set(names))
@@ -172,14 +179,15 @@ def bert_tensors(block):
     """
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
     return {bert: params[ours].data().asnumpy().astype(onp.float32)
-            for bert, ours in _bert_name_map(block.config['num_layers']).items()}
+            for bert, ours in _bert_name_map(block.config).items()}
 
 
 def bert_config(block):
     """A BERT ``config.json`` dict (the keys :func:`read_checkpoint` and other BERT tools read)
     describing ``block.config``."""
     config = {key: block.config[arg] for arg, key in _CONFIG_KEYS.items()}
-    config.update(architectures=['BertModel'], model_type='bert', hidden_act='gelu',
+    config.update(architectures=['BertModel'], model_type='bert',
+                  hidden_act=block.config.get('activation', 'gelu'),
                   position_embedding_type='absolute', pad_token_id=0, initializer_range=0.02)
     return config
 

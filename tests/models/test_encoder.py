@@ -114,8 +114,7 @@ def test_truncated_weights_file_is_a_clear_error(tmp_path, small_encoder):
 def _save_checkpoint(folder, block, config=SMALL_CONFIG, prefix='', extra=None):
     """Write ``block``'s weights under the standard BERT tensor names, plus a config.json."""
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
-    names = checkpoint._bert_name_map(  # pylint: disable=protected-access
-        block.config['num_layers'])
+    names = checkpoint._bert_name_map(block.config)  # pylint: disable=protected-access
     tensors = {prefix + bert: params[ours].data().asnumpy() for bert, ours in names.items()}
     tensors.update(extra or {})
     folder.mkdir(parents=True, exist_ok=True)
@@ -175,7 +174,8 @@ def test_bad_tensors_are_named(small_encoder, tmp_path, kind, message):
 
 
 @pytest.mark.parametrize('change, error, message', [
-    ({'hidden_act': 'relu'}, ValueError, r"hidden_act='gelu'.*Received: hidden_act='relu'"),
+    ({'hidden_act': 'gelu_new'}, ValueError,
+     r"hidden_act 'gelu'.*'relu'.*Received: hidden_act='gelu_new'"),
     ({'position_embedding_type': 'relative_key'}, ValueError,
      r"Received: position_embedding_type='relative_key'"),
     ({'num_hidden_layers': None}, ValueError, r'lacks the BERT keys num_hidden_layers.*Received'),
