@@ -15,8 +15,8 @@ import numpy as onp
 from .. import _checks
 from .._resources import default_model_dir
 
-__all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config',
-           'write_checkpoint']
+__all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config', 'config_json',
+           'canonical_names', 'write_checkpoint']
 
 
 def read_checkpoint(path=None):
@@ -125,7 +125,7 @@ def _bert_name_map(config):
     return names
 
 
-def _canonical_names(tensors):
+def canonical_names(tensors):
     """Strip an optional ``bert.`` prefix, rename TF-style gamma/beta, drop ignored tensors."""
     prefixed = any(name.startswith('bert.') for name in tensors)
     out = {}
@@ -145,7 +145,7 @@ def _canonical_names(tensors):
 def load_bert_tensors(block, tensors, source):
     """Copy the checkpoint's tensors into ``block``'s parameters, checking names and shapes."""
     names = _bert_name_map(block.config)
-    tensors = _canonical_names(tensors)
+    tensors = canonical_names(tensors)
     missing = sorted(set(names) - set(tensors))
     unexpected = sorted(set(tensors) - set(names))
     if missing or unexpected:
@@ -185,9 +185,14 @@ def bert_tensors(block):
 def bert_config(block):
     """A BERT ``config.json`` dict (the keys :func:`read_checkpoint` and other BERT tools read)
     describing ``block.config``."""
-    config = {key: block.config[arg] for arg, key in _CONFIG_KEYS.items()}
+    return config_json(block.config)
+
+
+def config_json(encoder_config):
+    """The BERT ``config.json`` dict of BertEncoder keyword arguments ``encoder_config``."""
+    config = {key: encoder_config[arg] for arg, key in _CONFIG_KEYS.items()}
     config.update(architectures=['BertModel'], model_type='bert',
-                  hidden_act=block.config.get('activation', 'gelu'),
+                  hidden_act=encoder_config.get('activation', 'gelu'),
                   position_embedding_type='absolute', pad_token_id=0, initializer_range=0.02)
     return config
 

@@ -5,7 +5,7 @@ dependency), and no module loads one of the package's modules by name at run tim
 (``importlib.import_module``, ``__import__``), which the import graph could not see. Package
 ``__init__`` files are excluded (they re-export). Layers, lowest first: the base modules
 (``_checks``, ``_resources``), ``core``, then ``compat``, ``models`` and ``data`` (siblings: none
-imports another), then ``tasks``, whose rooms are layered in turn: ``engine``, then ``export``,
+imports another), then ``convert`` (model conversion), then ``tasks``, whose rooms are layered in turn: ``engine``, then ``export``,
 then ``squad`` and ``nli`` (siblings), then ``bench`` and ``serve`` (siblings). The top-level documented paths
 (``fused``, ``export``, ``__main__``) are thin re-exports and may import anything.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / 'gluon_attention'
 LAYER = {'_checks': (0,), '_resources': (0,), 'core': (1,), 'compat': (2,), 'models': (2,),
-         'data': (2,), 'tasks.engine': (3, 0), 'tasks.export': (3, 1), 'tasks.squad': (3, 2),
+         'data': (2,), 'convert': (3,), 'tasks.engine': (3, 0), 'tasks.export': (3, 1), 'tasks.squad': (3, 2),
          'tasks.nli': (3, 2), 'tasks.bench': (3, 3), 'tasks.serve': (3, 3)}
 TOP = {'fused', 'export', '__main__'}
 DYNAMIC = {'import_module', '__import__'}

@@ -1,0 +1,98 @@
+"""Bad input to the GluonNLP 0.10 conversion (gluon_attention.convert), in the style of
+test_bad_inputs.py: (what is wrong, call, exception type, message fragments). Each call raises
+exactly that type, says ``Received:``, holds every fragment, and writes nothing."""
+import shutil
+
+import mxnet as mx
+import pytest
+
+import gluonnlp_peer as peer
+from gluon_attention.convert import from_gluonnlp
+
+SIZES = peer.sizes_of('bert_12_768_12')
+V = len(peer.tiny_vocab())
+
+
+def _resave(src, dst, edit):
+    with peer.legacy():
+        params = mx.nd.load(src)
+        edit(params)
+        mx.nd.save(dst, params)
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    """A folder with a small 0.10 BERT (bert.params), RoBERTa (roberta.params), SQuAD model
+    (squad.params) and their vocabulary (tiny.vocab), plus edited copies."""
+    folder = tmp_path_factory.mktemp('gluonnlp')
+    vocab = peer.tiny_vocab()
+    (folder / 'tiny.vocab').write_text(vocab.to_json(), encoding='utf-8')
+    bigger = peer.nlp.vocab.BERTVocab(peer.nlp.data.count_tokens(peer.WORDS + ['extra']))
+    (folder / 'bigger.vocab').write_text(bigger.to_json(), encoding='utf-8')
+    inputs = peer.batch(__import__('numpy').random.RandomState(0), V)
+    for name, model, net in (('bert', 'bert_12_768_12', peer.backbone('bert_12_768_12', V)),
+                             ('roberta', 'roberta_12_768_12',
+                              peer.backbone('roberta_12_768_12', V)),
+                             ('squad', 'bert_12_768_12',
+                              peer.SquadModel(peer.backbone('bert_12_768_12', V)))):
+        peer.randomize(net, 0, lambda n=net, m=model: peer.call(n, m, *inputs))
+        peer.save(net, folder / (name + '.params'))
+    _resave(str(folder / 'bert.params'), str(folder / 'extra.params'),
+            lambda p: p.update({'foo.weight': mx.nd.zeros((2,))}))
+    _resave(str(folder / 'squad.params'), str(folder / 'wide_head.params'),
+            lambda p: p.update({'span_classifier.weight': mx.nd.zeros((3, 16))}))
+    (folder / 'text.params').write_text('not a params file')
+    return folder
+
+
+def _convert(params, model='bert_12_768_12', vocab='tiny.vocab', sizes=SIZES):
+    return lambda: from_gluonnlp(params, model, vocab, 'out', sizes=sizes)
+
+
+BAD = [
+    ('unknown-model', _convert('bert.params', model='bert_99'), ValueError,
+     ["model_name='bert_99'", 'bert_12_768_12']),
+    ('zoo-size-for-a-small-file', _convert('bert.params', sizes=None), ValueError,
+     ["missing: ['encoder.transformer_cells.10."]),
+    ('other-width', _convert('bert.params', sizes=dict(SIZES, units=32)), ValueError,
+     ['word_embed.0.weight must have shape ({}, 32)'.format(V),
+      'word_embed.0.weight.shape=({}, 16)'.format(V)]),
+    ('roberta-file-as-bert', _convert('roberta.params'), ValueError,
+     ["missing: ['token_type_embed.0.weight']"]),
+    ('bert-file-as-roberta', _convert('bert.params', model='roberta_12_768_12'), ValueError,
+     ["unknown: ['token_type_embed.0.weight']"]),
+    ('vocabulary-size', _convert('bert.params', vocab='bigger.vocab'), ValueError,
+     ['word_embed.0.weight ({} rows)'.format(V), 'vocabulary size={}'.format(V + 1)]),
+    ('unknown-name', _convert('extra.params'), ValueError, ["unknown: ['foo.weight']"]),
+    ('head-shape', _convert('wide_head.params'), ValueError,
+     ['span_classifier.weight must have shape (2, 16)', 'span_classifier.weight.shape=(3, 16)']),
+    ('not-a-params-file', _convert('text.params'), ValueError,
+     ["params_file='text.params'"]),
+    ('missing-params-file', _convert('none.params'), FileNotFoundError,
+     ["params_file='none.params'"]),
+]
+
+
+@pytest.mark.parametrize('call,kind,fragments', [row[1:] for row in BAD],
+                         ids=[row[0] for row in BAD])
+def test_bad_conversion_raises_with_received_and_writes_nothing(call, kind, fragments, files,
+                                                                 monkeypatch):
+    monkeypatch.chdir(files)
+    shutil.rmtree(files / 'out', ignore_errors=True)
+    with pytest.raises(Exception) as err:
+        call()
+    message = str(err.value)
+    assert type(err.value) is kind, message
+    assert 'Received:' in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    assert not (files / 'out').exists()
+
+
+def test_the_neighbour_of_the_bad_inputs_converts(files, monkeypatch):
+    monkeypatch.chdir(files)
+    result = _convert('squad.params')()
+    assert result['head'] == 'span' and result['tokenizer']
+    assert sorted(p.name for p in (files / 'out').iterdir()) == [
+        'config.json', 'head.safetensors', 'head_config.json', 'model.safetensors',
+        'tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
