@@ -26,6 +26,9 @@ def convert_main(argv):
                                         'vocab.txt (with --from)')
     parser.add_argument('--output-dir', help='the model folder to write (with --from)')
     parser.add_argument('--model-dir', help='the model folder to read (with --to)')
+    parser.add_argument('--sizes', default='',
+                        help='a model built at other sizes than the zoo name: comma-separated '
+                             'KEY=N of num_layers, units, hidden_size, num_heads, max_length')
     case = parser.add_mutually_exclusive_group()
     case.add_argument('--lower', dest='lower', action='store_true', default=None,
                       help='the tokenizer lowercases (default: from the vocabulary)')
@@ -43,8 +46,10 @@ def convert_main(argv):
         if args.target:
             print(to_gluonnlp(args.model_dir, args.params))
             return 0
+        sizes = dict(item.split('=', 1) for item in args.sizes.split(',') if item)
         result = from_gluonnlp(args.params, args.model, args.vocab, args.output_dir,
-                               lower=args.lower)
+                               lower=args.lower,
+                               sizes={k: int(v) for k, v in sizes.items()} or None)
     except (ValueError, FileNotFoundError) as err:
         print('error: {}'.format(err), file=sys.stderr)
         return 2

@@ -96,3 +96,25 @@ def test_the_neighbour_of_the_bad_inputs_converts(files, monkeypatch):
     assert sorted(p.name for p in (files / 'out').iterdir()) == [
         'config.json', 'head.safetensors', 'head_config.json', 'model.safetensors',
         'tokenizer.json', 'tokenizer_config.json', 'vocab.txt']
+
+
+def _command(*args):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    return subprocess.run([sys.executable, '-m', 'gluon_attention', 'convert', *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_command_converts_and_refuses(files, tmp_path):
+    sizes = ','.join('{}={}'.format(k, v) for k, v in SIZES.items())
+    common = ['--from', 'gluonnlp', '--model', 'bert_12_768_12', '--vocab',
+              str(files / 'tiny.vocab'), '--sizes', sizes, '--cased']
+    done = _command(*common, '--params', str(files / 'squad.params'), '--output-dir',
+                    str(tmp_path / 'ok'))
+    assert done.returncode == 0, done.stderr
+    assert 'head span, tokenizer True' in done.stdout
+    assert '"do_lower_case": false' in (tmp_path / 'ok' / 'tokenizer_config.json').read_text()
+    refused = _command(*common, '--params', str(files / 'roberta.params'), '--output-dir',
+                       str(tmp_path / 'no'))
+    assert refused.returncode == 2 and "missing: ['token_type_embed.0.weight']" in refused.stderr
+    assert not (tmp_path / 'no').exists()
