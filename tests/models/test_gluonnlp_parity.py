@@ -133,3 +133,35 @@ def test_roberta_backbone_back_to_gluonnlp(tmp_path):
     with peer.legacy():
         fresh.load_parameters(back)
     onp.testing.assert_array_equal(peer.call(fresh, 'roberta_12_768_12', *inputs), theirs)
+
+
+def test_squad_answer_text_equals_gluonnlp_decoded(tmp_path):
+    """docs/examples/gluonnlp_squad_answer.py on the converted folder: the span and text that
+    0.10's own logits give through the same decoder."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import pathlib  # pylint: disable=import-outside-toplevel
+    from gluon_attention.data.squad_decode import best_span  # pylint: disable=import-outside-toplevel
+    path = pathlib.Path(__file__).resolve().parents[2] / 'docs' / 'examples' / \
+        'gluonnlp_squad_answer.py'
+    spec = importlib.util.spec_from_file_location('gluonnlp_squad_answer', path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    net = _squad_model(len(peer.tiny_vocab()))
+    _, _, _, _, result = _head_parity('bert_12_768_12', net, tmp_path)
+    question, context = 'where the cat sat', 'the cat sat on a mat while dogs ran far away'
+    text, start, end, ours_start, ours_end = example.answer(result['output_dir'], question,
+                                                            context)
+    from tokenizers import Tokenizer  # pylint: disable=import-outside-toplevel
+    encoding = Tokenizer.from_file(result['output_dir'] + '/tokenizer.json').encode(question,
+                                                                                    context)
+    ids = onp.array([encoding.ids], onp.int32)
+    theirs = peer.call(net, 'bert_12_768_12', ids, onp.array([encoding.type_ids], onp.int32),
+                       onp.array([ids.shape[1]], onp.int32))[0]
+    assert onp.abs(ours_start - theirs[:, 0]).max() < ATOL
+    assert onp.abs(ours_end - theirs[:, 1]).max() < ATOL
+    in_context = [int(t == 1 and not s) for t, s in zip(encoding.type_ids,
+                                                         encoding.special_tokens_mask)]
+    their_start, their_end, _ = best_span(theirs[:, 0], theirs[:, 1], in_context)
+    assert (start, end) == (their_start, their_end)
+    assert text == context[encoding.offsets[their_start][0]:encoding.offsets[their_end][1]]
+    assert text and text in context
