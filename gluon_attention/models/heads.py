@@ -101,16 +101,25 @@ def read_head(folder):
     ------
     FileNotFoundError
         ``head_config.json`` without ``head.safetensors``.
+    ValueError
+        An unknown head kind or an unreadable ``head.safetensors``.
     """
     folder = pathlib.Path(folder)
     if not (folder / HEAD_CONFIG).is_file():
         return None, {}
     config = json.loads((folder / HEAD_CONFIG).read_text(encoding='utf-8'))
+    if config.get('kind') not in ('span', 'classifier'):
+        _checks.fail("head_config.json's kind must be 'span' or 'classifier'",
+                     kind=config.get('kind'))
     if not (folder / HEAD_FILE).is_file():
         raise FileNotFoundError('a model folder with {} must hold {}. Received: path={!r}'.format(
             HEAD_CONFIG, HEAD_FILE, str(folder)))
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-    return config, load_file(str(folder / HEAD_FILE))
+    try:
+        return config, load_file(str(folder / HEAD_FILE))
+    except Exception as err:  # safetensors raises its own error type for corrupt files
+        _checks.fail('{} is not a readable safetensors file ({})'.format(HEAD_FILE, err),
+                     path=str(folder / HEAD_FILE))
 
 
 def head_block(folder, ctx=None):
@@ -120,15 +129,12 @@ def head_block(folder, ctx=None):
     Raises
     ------
     ValueError
-        An unknown head kind, or tensors whose names or shapes differ from the block's.
+        As :func:`read_head`, or tensors whose names or shapes differ from the block's.
     """
     config, tensors = read_head(folder)
     if config is None:
         return None
-    kind = config.get('kind')
-    if kind not in ('span', 'classifier'):
-        _checks.fail("head_config.json's kind must be 'span' or 'classifier'", kind=kind)
-    block = (SpanHead(config['units']) if kind == 'span'
+    block = (SpanHead(config['units']) if config['kind'] == 'span'
              else PooledClassifier(config['units'], config['num_classes']))
     block.initialize(ctx=ctx)
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access

@@ -7,7 +7,9 @@ import mxnet as mx
 import pytest
 
 import gluonnlp_peer as peer
-from gluon_attention.convert import from_gluonnlp
+from gluon_attention.convert import encoder_config, from_gluonnlp
+from gluon_attention.convert.vocab import read_vocab, write_tokenizer
+from gluon_attention.models.heads import head_block
 
 SIZES = peer.sizes_of('bert_12_768_12')
 V = len(peer.tiny_vocab())
@@ -42,6 +44,12 @@ def files(tmp_path_factory):
     _resave(str(folder / 'squad.params'), str(folder / 'wide_head.params'),
             lambda p: p.update({'span_classifier.weight': mx.nd.zeros((3, 16))}))
     (folder / 'text.params').write_text('not a params file')
+    (folder / 'plain.json').write_text('{"tokens": ["a"]}')
+    (folder / 'repeated.txt').write_text('[UNK]\na\nb\na\n')
+    (folder / 'no_unk.txt').write_text('a\nb\n')
+    (folder / 'head_kind').mkdir()
+    (folder / 'head_kind' / 'head_config.json').write_text('{"kind": "pooled", "units": 4}')
+    (folder / 'head_kind' / 'head.safetensors').write_bytes(b'')
     return folder
 
 
@@ -70,6 +78,15 @@ BAD = [
      ["params_file='text.params'"]),
     ('missing-params-file', _convert('none.params'), FileNotFoundError,
      ["params_file='none.params'"]),
+    ('unknown-size-key', lambda: encoder_config('bert_12_768_12', 5, {'layers': 2}),
+     ValueError, ["sizes=['layers']"]),
+    ('json-vocabulary-without-idx_to_token', lambda: read_vocab('plain.json'), ValueError,
+     ['idx_to_token', "vocab_file='plain.json'"]),
+    ('repeated-token', lambda: read_vocab('repeated.txt'), ValueError, ["repeated=['a']"]),
+    ('vocabulary-without-unknown-token',
+     lambda: write_tokenizer(read_vocab('no_unk.txt'), 'out'), ValueError,
+     ['unknown token', 'unknown_token=None']),
+    ('unknown-head-kind', lambda: head_block('head_kind'), ValueError, ["kind='pooled'"]),
 ]
 
 
