@@ -165,3 +165,30 @@ def test_squad_answer_text_equals_gluonnlp_decoded(tmp_path):
     assert (start, end) == (their_start, their_end)
     assert text == context[encoding.offsets[their_start][0]:encoding.offsets[their_end][1]]
     assert text and text in context
+
+
+def test_pretraining_file_converts_without_its_pretraining_heads(tmp_path):
+    """A zoo-style pretrained file (pooler, masked-LM decoder tied to the embedding, next
+    sentence classifier) converts to the encoder alone, with 0.10's hidden states."""
+    vocab = peer.tiny_vocab()
+    inputs = peer.batch(onp.random.RandomState(5), len(vocab))
+    sizes = peer.sizes_of('bert_12_768_12')
+    with peer.legacy():
+        net = peer.gbert.BERTModel(peer.gbert.BERTEncoder(dropout=0.0, **sizes),
+                                   vocab_size=len(vocab), token_type_vocab_size=2,
+                                   units=sizes['units'], embed_size=sizes['units'])
+
+    def run():
+        with peer.legacy():
+            return net(*[mx.nd.array(x) for x in inputs], mx.nd.array([[0, 1]] * 3))
+
+    peer.randomize(net, 5, run)
+    with peer.legacy():
+        theirs = run()[0].asnumpy()
+    params, vocab_file = _save(net, tmp_path, vocab)
+    with peer.legacy():
+        names = mx.nd.load(str(params))
+    assert {'decoder.3.bias', 'classifier.weight', 'pooler.weight'} <= set(names)
+    result = from_gluonnlp(params, 'bert_12_768_12', vocab_file, tmp_path / 'out', sizes=sizes)
+    assert result['head'] is None
+    assert _valid_diff(_ours(tmp_path / 'out', *inputs).asnumpy(), theirs, inputs[2]) < ATOL
