@@ -6,10 +6,7 @@ import sys
 from .core import fused
 
 
-def convert_main(argv):
-    """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
-    ``--to gluonnlp``. Returns the exit status: 0 on success, 2 on refused input."""
-    from .convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp  # pylint: disable=import-outside-toplevel
+def _convert_parser(architectures):
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention convert', allow_abbrev=False,
         description='Convert a GluonNLP 0.10 BERT-family model (save_parameters .params file '
@@ -19,7 +16,7 @@ def convert_main(argv):
                         help='convert from a GluonNLP 0.10 .params file')
     parser.add_argument('--to', dest='target', choices=['gluonnlp'],
                         help='convert the folder --model-dir into the .params file --params')
-    parser.add_argument('--model', choices=sorted(ARCHITECTURES),
+    parser.add_argument('--model', choices=sorted(architectures),
                         help='the 0.10 zoo name of the architecture (with --from)')
     parser.add_argument('--params', required=True, help='the .params file (read or written)')
     parser.add_argument('--vocab', help="0.10's vocabulary JSON (.vocab) or a WordPiece "
@@ -34,6 +31,14 @@ def convert_main(argv):
                       help='the tokenizer lowercases (default: from the vocabulary)')
     case.add_argument('--cased', dest='lower', action='store_false',
                       help='the tokenizer keeps case')
+    return parser
+
+
+def convert_main(argv):
+    """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
+    ``--to gluonnlp``. Returns the exit status: 0 on success, 2 on refused input."""
+    from .convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp  # pylint: disable=import-outside-toplevel
+    parser = _convert_parser(ARCHITECTURES)
     args = parser.parse_args(argv)
     if (args.source is None) == (args.target is None):
         parser.error('give exactly one of --from gluonnlp and --to gluonnlp')
