@@ -176,6 +176,8 @@ def _write_folder(folder, model_name, config, backbone, head, vocab, lower):
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder.mkdir(parents=True, exist_ok=True)
     raw = dict(config_json(config), gluonnlp_model=model_name)
+    if vocab['special']['padding_token'] in vocab['tokens']:
+        raw['pad_token_id'] = vocab['tokens'].index(vocab['special']['padding_token'])
     (folder / 'config.json').write_text(json.dumps(raw, indent=2, sort_keys=True) + '\n',
                                         encoding='utf-8')
     save_file(names.to_bert_names(backbone, config), str(folder / 'model.safetensors'),
