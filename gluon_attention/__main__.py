@@ -14,11 +14,12 @@ def _convert_parser(architectures):
                     'tokenizer, head), or a model folder back into a 0.10 .params file.')
     parser.add_argument('--from', dest='source', choices=['gluonnlp'],
                         help='convert from a GluonNLP 0.10 .params file')
-    parser.add_argument('--to', dest='target', choices=['gluonnlp'],
-                        help='convert the folder --model-dir into the .params file --params')
+    parser.add_argument('--to', dest='target', choices=['gluonnlp', 'transformers'],
+                        help='convert the folder --model-dir: gluonnlp into the .params file '
+                             '--params; transformers into the folder --output-dir')
     parser.add_argument('--model', choices=sorted(architectures),
                         help='the 0.10 zoo name of the architecture (with --from)')
-    parser.add_argument('--params', required=True, help='the .params file (read or written)')
+    parser.add_argument('--params', help='the .params file (read or written)')
     parser.add_argument('--vocab', help="0.10's vocabulary JSON (.vocab) or a WordPiece "
                                         'vocab.txt (with --from)')
     parser.add_argument('--output-dir', help='the model folder to write (with --from)')
@@ -36,20 +37,24 @@ def _convert_parser(architectures):
 
 def convert_main(argv):
     """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
-    ``--to gluonnlp``. Returns the exit status: 0 on success, 2 on refused input."""
-    from .convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp  # pylint: disable=import-outside-toplevel
+    ``--to gluonnlp``, or that folder for transformers with ``--to transformers``. Returns the
+    exit status: 0 on success, 2 on refused input."""
+    from .convert import (  # pylint: disable=import-outside-toplevel
+        ARCHITECTURES, from_gluonnlp, to_gluonnlp, to_transformers)
     parser = _convert_parser(ARCHITECTURES)
     args = parser.parse_args(argv)
     if (args.source is None) == (args.target is None):
-        parser.error('give exactly one of --from gluonnlp and --to gluonnlp')
-    needed = ('model', 'vocab', 'output_dir') if args.source else ('model_dir',)
+        parser.error('give exactly one of --from gluonnlp and --to gluonnlp|transformers')
+    needed = {'gluonnlp': ('model_dir', 'params'), 'transformers': ('model_dir', 'output_dir'),
+              None: ('model', 'params', 'vocab', 'output_dir')}[args.target]
     missing = ['--' + name.replace('_', '-') for name in needed if getattr(args, name) is None]
     if missing:
         parser.error('{} required with --{}'.format(', '.join(missing),
                                                    'from' if args.source else 'to'))
     try:
         if args.target:
-            print(to_gluonnlp(args.model_dir, args.params))
+            print(to_transformers(args.model_dir, args.output_dir) if args.target ==
+                  'transformers' else to_gluonnlp(args.model_dir, args.params))
             return 0
         sizes = dict(item.split('=', 1) for item in args.sizes.split(',') if item)
         result = from_gluonnlp(args.params, args.model, args.vocab, args.output_dir,
