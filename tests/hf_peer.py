@@ -1,6 +1,7 @@
 """Runs in the interpreter with torch and transformers (.venv-peer): a transformers folder's last
-hidden states. Usage: python hf_peer.py FOLDER CLASS INPUTS.npz OUTPUT.npz (CLASS: BertModel or
-RobertaModel; INPUTS: ids, token_types, valid_length)."""
+hidden states. Usage: python hf_peer.py FOLDER CLASS INPUTS.npz OUTPUT.npz [FOLDER CLASS ...]
+(CLASS: BertModel or RobertaModel; INPUTS: ids, token_types, valid_length), one process for all
+(torch starts once)."""
 import sys
 
 import numpy as np
@@ -22,4 +23,5 @@ def main(folder, class_name, inputs, output):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:5])
+    for start in range(1, len(sys.argv), 4):
+        main(*sys.argv[start:start + 4])
