@@ -4,7 +4,9 @@ arguments and parameters, with every tensor name and shape checked; and writing 
 a fine-tuned encoder.
 
 Tensor names are the standard BERT ones (Devlin et al., 2019, as Hugging Face writes them), with or
-without a ``bert.`` prefix; TF-style LayerNorm ``gamma``/``beta`` are accepted.
+without a ``bert.`` prefix; TF-style LayerNorm ``gamma``/``beta`` are accepted. Hugging Face
+RoBERTa and DistilBERT folders (``model_type`` 'roberta', 'distilbert') are read through
+:func:`gluon_attention.models.hf_family.bert_form`.
 """
 import json
 import pathlib
@@ -14,6 +16,7 @@ import numpy as onp
 
 from .. import _checks
 from .._resources import default_model_dir
+from .hf_family import bert_form
 
 __all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config', 'config_json',
            'canonical_names', 'write_checkpoint']
@@ -25,7 +28,8 @@ def read_checkpoint(path=None):
     Parameters
     ----------
     path : str, os.PathLike or None
-        Folder with ``config.json`` and ``model.safetensors``; None: the default pretrained
+        Folder with ``config.json`` and ``model.safetensors`` (BERT, RoBERTa or DistilBERT as
+        transformers writes them, or this library's); None: the default pretrained
         encoder (:func:`gluon_attention._resources.default_model_dir`).
 
     Returns
@@ -40,7 +44,8 @@ def read_checkpoint(path=None):
         unsupported config.
     """
     folder = default_model_dir() if path is None else pathlib.Path(path)
-    config = _read_config(_require_file(folder, 'config.json'))
+    config_file = _require_file(folder, 'config.json')
+    raw = _read_json(config_file)
     weights_file = _require_file(folder, 'model.safetensors')
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
@@ -49,7 +54,8 @@ def read_checkpoint(path=None):
         _checks.fail('{} is not a readable safetensors file ({})'.format(
             weights_file, str(err).splitlines()[0] if str(err) else type(err).__name__),
             path=str(weights_file))
-    return config, tensors, str(weights_file)
+    raw, tensors = bert_form(raw, tensors)
+    return _read_config(raw, config_file), tensors, str(weights_file)
 
 
 def _require_file(folder, name):
@@ -71,14 +77,18 @@ _CONFIG_DEFAULTS = {'layer_norm_eps': 1e-12, 'hidden_dropout_prob': 0.1,
                     'attention_probs_dropout_prob': 0.1}
 
 
-def _read_config(file):
-    """BertEncoder keyword arguments from a BERT ``config.json``."""
+def _read_json(file):
     try:
         raw = json.loads(file.read_text(encoding='utf-8'))
     except ValueError as err:
         _checks.fail('config.json must be valid JSON ({})'.format(err), config=str(file))
     if not isinstance(raw, dict):
         _checks.fail('config.json must hold a JSON object', config=str(file))
+    return raw
+
+
+def _read_config(raw, file):
+    """BertEncoder keyword arguments from a BERT ``config.json`` (``raw``, read from ``file``)."""
     missing = sorted(key for key in _CONFIG_KEYS.values()
                      if key not in raw and key not in _CONFIG_DEFAULTS)
     if missing:
