@@ -1,8 +1,9 @@
 """Runs in the interpreter with torch and transformers (.venv-peer): small random BertModel,
-RobertaModel and DistilBertModel folders (save_pretrained: safetensors, or pytorch_model.bin with
-``bin``) and their last hidden states on the given inputs.
+RobertaModel and DistilBertModel folders (save_pretrained: safetensors; with ``bin``,
+torch.save's pytorch_model.bin instead) and their last hidden states on the given inputs.
 Usage: python hf_peer_make.py OUT_DIR INPUTS.npz [bin] (INPUTS: ids, token_types, valid_length);
 writes OUT_DIR/{bert,roberta,distilbert}/ and OUT_DIR/hidden.npz."""
+import os
 import sys
 
 import numpy as np
@@ -42,7 +43,11 @@ def main(out_dir, inputs, fmt='safetensors'):
     for seed, (kind, model) in enumerate(sorted(_models().items())):
         _randomize(model, seed)
         model.eval()
-        model.save_pretrained('{}/{}'.format(out_dir, kind), safe_serialization=fmt != 'bin')
+        folder = '{}/{}'.format(out_dir, kind)
+        model.save_pretrained(folder)
+        if fmt == 'bin':   # the older form: torch.save of the state dict, no safetensors
+            torch.save(model.state_dict(), folder + '/pytorch_model.bin')
+            os.remove(folder + '/model.safetensors')
         extra = {} if kind == 'distilbert' else {
             'token_type_ids': torch.tensor(data['token_types'] * (kind == 'bert'))}
         with torch.no_grad():

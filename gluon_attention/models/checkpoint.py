@@ -17,6 +17,9 @@ import numpy as onp
 from .. import _checks
 from .._resources import default_model_dir
 from .hf_family import bert_form
+from .torch_bin import load_torch_bin
+
+TORCH_FILE = 'pytorch_model.bin'  # read when model.safetensors is absent
 
 __all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config', 'config_json',
            'canonical_names', 'write_checkpoint']
@@ -28,8 +31,10 @@ def read_checkpoint(path=None):
     Parameters
     ----------
     path : str, os.PathLike or None
-        Folder with ``config.json`` and ``model.safetensors`` (BERT, RoBERTa or DistilBERT as
-        transformers writes them, or this library's); None: the default pretrained
+        Folder with ``config.json`` and ``model.safetensors`` or, without it,
+        ``pytorch_model.bin`` (:func:`~gluon_attention.models.torch_bin.load_torch_bin`): BERT,
+        RoBERTa or DistilBERT as transformers writes them, or this library's; None: the
+        default pretrained
         encoder (:func:`gluon_attention._resources.default_model_dir`).
 
     Returns
@@ -46,16 +51,24 @@ def read_checkpoint(path=None):
     folder = default_model_dir() if path is None else pathlib.Path(path)
     config_file = _require_file(folder, 'config.json')
     raw = _read_json(config_file)
-    weights_file = _require_file(folder, 'model.safetensors')
+    if (folder / TORCH_FILE).is_file() and not (folder / 'model.safetensors').is_file():
+        weights_file = folder / TORCH_FILE
+        tensors = load_torch_bin(weights_file)
+    else:
+        weights_file = _require_file(folder, 'model.safetensors')
+        tensors = _load_safetensors(weights_file)
+    raw, tensors = bert_form(raw, tensors)
+    return _read_config(raw, config_file), tensors, str(weights_file)
+
+
+def _load_safetensors(weights_file):
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
-        tensors = load_file(str(weights_file))
+        return load_file(str(weights_file))
     except Exception as err:  # safetensors raises its own error type for corrupt files
         _checks.fail('{} is not a readable safetensors file ({})'.format(
             weights_file, str(err).splitlines()[0] if str(err) else type(err).__name__),
             path=str(weights_file))
-    raw, tensors = bert_form(raw, tensors)
-    return _read_config(raw, config_file), tensors, str(weights_file)
 
 
 def _require_file(folder, name):

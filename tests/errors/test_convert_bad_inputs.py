@@ -1,7 +1,10 @@
 """Bad input to the GluonNLP 0.10 conversion (gluon_attention.convert), in the style of
 test_bad_inputs.py: (what is wrong, call, exception type, message fragments). Each call raises
 exactly that type, says ``Received:``, holds every fragment, and writes nothing."""
+import os
+import pickle
 import shutil
+import zipfile
 
 import mxnet as mx
 import pytest
@@ -10,6 +13,7 @@ import gluonnlp_peer as peer
 from gluon_attention.convert import encoder_config, from_gluonnlp
 from gluon_attention.convert.vocab import read_vocab, write_tokenizer
 from gluon_attention.models.heads import head_block
+from gluon_attention.models.torch_bin import load_torch_bin
 
 SIZES = peer.sizes_of('bert_12_768_12')
 V = len(peer.tiny_vocab())
@@ -47,6 +51,9 @@ def files(tmp_path_factory):
     (folder / 'plain.json').write_text('{"tokens": ["a"]}')
     (folder / 'repeated.txt').write_text('[UNK]\na\nb\na\n')
     (folder / 'no_unk.txt').write_text('a\nb\n')
+    (folder / 'not_zip.bin').write_bytes(b'\x80\x02}q\x00.')        # the pre-1.6 form
+    with zipfile.ZipFile(folder / 'foreign.bin', 'w') as archive:       # names os.system
+        archive.writestr('archive/data.pkl', pickle.dumps({'w': os.system}, protocol=2))
     (folder / 'head_kind').mkdir()
     (folder / 'head_kind' / 'head_config.json').write_text('{"kind": "pooled", "units": 4}')
     (folder / 'head_kind' / 'head.safetensors').write_bytes(b'')
@@ -87,6 +94,10 @@ BAD = [
      lambda: write_tokenizer(read_vocab('no_unk.txt'), 'out'), ValueError,
      ['unknown token', 'unknown_token=None']),
     ('unknown-head-kind', lambda: head_block('head_kind'), ValueError, ["kind='pooled'"]),
+    ('torch-bin-not-a-zip', lambda: load_torch_bin('not_zip.bin'), ValueError,
+     ['saved by torch.save', "path='not_zip.bin'"]),
+    ('torch-bin-foreign-class', lambda: load_torch_bin('foreign.bin'), ValueError,
+     ['a state dict holds no', 'system', "path='foreign.bin'"]),
 ]
 
 
