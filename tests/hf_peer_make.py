@@ -1,8 +1,8 @@
 """Runs in the interpreter with torch and transformers (.venv-peer): small random BertModel,
-RobertaModel and DistilBertModel folders (save_pretrained: safetensors; with ``bin``,
-torch.save's pytorch_model.bin instead) and their last hidden states on the given inputs.
-Usage: python hf_peer_make.py OUT_DIR INPUTS.npz [bin] (INPUTS: ids, token_types, valid_length);
-writes OUT_DIR/{bert,roberta,distilbert}/ and OUT_DIR/hidden.npz."""
+RobertaModel and DistilBertModel folders and their last hidden states on the given inputs.
+Usage: python hf_peer_make.py OUT_DIR INPUTS.npz (INPUTS: ids, token_types, valid_length);
+writes OUT_DIR/{bert,roberta,distilbert}/ (save_pretrained: safetensors), the same as
+OUT_DIR/{kind}-bin/ with torch.save's pytorch_model.bin instead, and OUT_DIR/hidden.npz."""
 import os
 import sys
 
@@ -34,7 +34,7 @@ def _randomize(model, seed):
             param.copy_(torch.randn(param.shape, generator=generator) * scale + norm_gain)
 
 
-def main(out_dir, inputs, fmt='safetensors'):
+def main(out_dir, inputs):
     data = np.load(inputs)
     ids = torch.tensor(data['ids'], dtype=torch.long)
     mask = torch.tensor(np.arange(ids.shape[1])[None] < data['valid_length'][:, None],
@@ -45,9 +45,9 @@ def main(out_dir, inputs, fmt='safetensors'):
         model.eval()
         folder = '{}/{}'.format(out_dir, kind)
         model.save_pretrained(folder)
-        if fmt == 'bin':   # the older form: torch.save of the state dict, no safetensors
-            torch.save(model.state_dict(), folder + '/pytorch_model.bin')
-            os.remove(folder + '/model.safetensors')
+        model.save_pretrained(folder + '-bin')    # the older form: torch.save's state dict
+        torch.save(model.state_dict(), folder + '-bin/pytorch_model.bin')
+        os.remove(folder + '-bin/model.safetensors')
         extra = {} if kind == 'distilbert' else {
             'token_type_ids': torch.tensor(data['token_types'] * (kind == 'bert'))}
         with torch.no_grad():
@@ -57,4 +57,4 @@ def main(out_dir, inputs, fmt='safetensors'):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:3])
