@@ -210,7 +210,8 @@ def to_gluonnlp(model_dir, params_file):
         embedding when the folder has none: RoBERTa, DistilBERT); with a span head, the SQuAD
         model's (``bert.`` + ``span_classifier.*``); with a classifier head, a
         ``BERTClassifier``'s built with ``dropout=0`` (``bert.`` + ``bert.pooler.*`` +
-        ``classifier.0.*``).
+        ``classifier.0.*``; a RoBERTa folder: a ``RoBERTaClassifier``'s built with
+        ``dropout=0``, ``roberta.`` + ``classifier.{0, 1}.*``).
 
     Returns
     -------
@@ -226,8 +227,11 @@ def to_gluonnlp(model_dir, params_file):
     head_config, head_tensors = read_head(model_dir)
     params = names.from_bert_names(canonical_names(tensors), config)
     if head_config is not None:
-        params = {'bert.' + name: value for name, value in params.items()}
-        params.update(names.head_to_gluonnlp(head_config['kind'], head_tensors))
+        roberta = str(json.loads((pathlib.Path(model_dir) / 'config.json').read_text(
+            encoding='utf-8')).get('gluonnlp_model', '')).startswith('roberta')
+        params = {('roberta.' if roberta else 'bert.') + name: value
+                  for name, value in params.items()}
+        params.update(names.head_to_gluonnlp(head_config['kind'], head_tensors, roberta))
     with mx.util.np_array(False), mx.util.np_shape(False):   # the legacy form 0.10 loads
         mx.nd.save(str(params_file), {name: mx.nd.array(onp.asarray(value, onp.float32))
                                       for name, value in params.items()})

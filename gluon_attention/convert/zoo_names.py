@@ -138,12 +138,14 @@ def from_bert_names(tensors, config):
     return {ours: tensors[bert] for ours, bert in _name_map(config).items()}
 
 
-def head_to_gluonnlp(kind, tensors):
-    """Our head's tensors under the names of 0.10's SQuAD model (span) or of a
-    ``BERTClassifier`` built with ``dropout=0`` (classifier)."""
+def head_to_gluonnlp(kind, tensors, roberta=False):
+    """Our head's tensors under the names of 0.10's SQuAD model (span), of a ``BERTClassifier``
+    built with ``dropout=0`` (classifier) or, with ``roberta``, of a ``RoBERTaClassifier`` built
+    with ``dropout=0`` (its two dense layers ``classifier.0``, ``classifier.1``)."""
     if kind == 'span':
         return {'span_classifier.' + leaf: tensors['span.' + leaf] for leaf in ('weight', 'bias')}
-    out = {'bert.pooler.' + leaf: tensors['pooler.' + leaf] for leaf in ('weight', 'bias')}
-    out.update({'classifier.0.' + leaf: tensors['classifier.' + leaf]
+    pooler = 'classifier.0.' if roberta else 'bert.pooler.'
+    out = {pooler + leaf: tensors['pooler.' + leaf] for leaf in ('weight', 'bias')}
+    out.update({'classifier.{}.{}'.format(int(roberta), leaf): tensors['classifier.' + leaf]
                 for leaf in ('weight', 'bias')})
     return out

@@ -90,12 +90,18 @@ def test_classifier_logits_match_gluonnlp(model_name, tmp_path):
         else:
             net = peer.gbert.RoBERTaClassifier(peer.backbone(model_name, vocab_size), 3,
                                                dropout=0.1)
-    theirs, hidden, head, _, result = _head_parity(model_name, net, tmp_path)
+    theirs, hidden, head, inputs, result = _head_parity(model_name, net, tmp_path)
     assert result['head'] == 'classifier'
     ours = head(hidden).asnumpy()
     assert ours.shape == theirs.shape == (3, 3)
     assert onp.abs(ours - theirs).max() < ATOL
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    with peer.legacy():    # back to 0.10: the same classifier built with dropout=0 loads it
+        backbone = peer.backbone(model_name, vocab_size, use_pooler=True)
+        fresh = (peer.gbert.BERTClassifier(backbone, 3) if model_name.startswith('bert')
+                 else peer.gbert.RoBERTaClassifier(backbone, 3))
+        fresh.load_parameters(to_gluonnlp(result['output_dir'], tmp_path / 'back.params'))
+    onp.testing.assert_array_equal(peer.call(fresh, model_name, *inputs), theirs)
 
 
 def _squad_model(vocab_size):
