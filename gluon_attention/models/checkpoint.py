@@ -131,12 +131,11 @@ _ACTIVATIONS = ('gelu', 'relu')
 _LEAF_NAMES = {'weight': 'weight', 'bias': 'bias', 'gamma': 'weight', 'beta': 'bias'}
 
 
-def _bert_name_map(config):
-    """Standard BERT tensor name -> structural parameter name of a BertEncoder of ``config``
-    (no token type embedding when ``num_token_types`` is 0)."""
-    num_layers = config['num_layers']
+def _bert_name_map(num_layers, token_types=True):
+    """Standard BERT tensor name -> structural parameter name of a BertEncoder (without the
+    token type embedding when ``token_types`` is False: ``num_token_types=0``)."""
     names = dict(_EMBEDDING_NAMES)
-    if not config.get('num_token_types', 2):
+    if not token_types:
         del names['embeddings.token_type_embeddings.weight']
     for i in range(num_layers):
         for bert, ours in _LAYER_NAMES.items():
@@ -167,7 +166,7 @@ def canonical_names(tensors):
 
 def load_bert_tensors(block, tensors, source):
     """Copy the checkpoint's tensors into ``block``'s parameters, checking names and shapes."""
-    names = _bert_name_map(block.config)
+    names = _bert_name_map(block.config['num_layers'], bool(block.config['num_token_types']))
     tensors = canonical_names(tensors)
     missing = sorted(set(names) - set(tensors))
     unexpected = sorted(set(tensors) - set(names))
@@ -201,8 +200,9 @@ def bert_tensors(block):
         embeddings (rows, D).
     """
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
+    names = _bert_name_map(block.config['num_layers'], bool(block.config['num_token_types']))
     return {bert: params[ours].data().asnumpy().astype(onp.float32)
-            for bert, ours in _bert_name_map(block.config).items()}
+            for bert, ours in names.items()}
 
 
 def bert_config(block):

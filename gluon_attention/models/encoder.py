@@ -526,12 +526,11 @@ class BertEncoder(CheckedBlock):
     def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
                        valid_length, mask=None):
         positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
-        data = self.word_embed(token_ids) \
-            + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
         if self.config['num_token_types']:
-            data = data + self.token_type_embed(token_types)             # (B, T, D)
+            data = self.word_embed(token_ids) + self.token_type_embed(token_types)  # (B, T, D)
         else:  # all zeros (checked); used, as every input of a graph must be
-            data = data + F.np.expand_dims(token_types, -1) * 0             # (B, T, 1)
+            data = self.word_embed(token_ids) + F.np.expand_dims(token_types, -1) * 0
+        data = data + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
         data = self.embed_dropout(self.embed_ln(data))                   # (B, T, D)
         return self.encoder(data, valid_length, mask)                    # (B, T, D)
 

@@ -114,7 +114,8 @@ def test_truncated_weights_file_is_a_clear_error(tmp_path, small_encoder):
 def _save_checkpoint(folder, block, config=SMALL_CONFIG, prefix='', extra=None):
     """Write ``block``'s weights under the standard BERT tensor names, plus a config.json."""
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
-    names = checkpoint._bert_name_map(block.config)  # pylint: disable=protected-access
+    names = checkpoint._bert_name_map(  # pylint: disable=protected-access
+        block.config['num_layers'])
     tensors = {prefix + bert: params[ours].data().asnumpy() for bert, ours in names.items()}
     tensors.update(extra or {})
     folder.mkdir(parents=True, exist_ok=True)
