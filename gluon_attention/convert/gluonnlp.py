@@ -104,13 +104,13 @@ def _check_shapes(received, expected, params_file):
 
 def _read_model(params_file, model_name, vocab_size, sizes):
     """(config, backbone tensors under 0.10 names, head or None) of a ``.params`` file."""
+    config = encoder_config(model_name, vocab_size, sizes)     # refused before any reading
     raw = _load_params(params_file)
     backbone, head = names.split_head(raw, names.prefix_of(raw))
     rows = backbone.get('word_embed.0.weight', onp.zeros((vocab_size, 0))).shape[0]
     if rows != vocab_size:
         _checks.fail('the vocabulary must have one token per row of word_embed.0.weight '
                      '({} rows)'.format(rows), **{'vocabulary size': vocab_size})
-    config = encoder_config(model_name, vocab_size, sizes)
     head_expected = names.head_shapes(head, config['units'])
     pooler = head is not None and head['kind'] == 'classifier' and head['style'] == 'bert.'
     expected = names.backbone_shapes(config, pooler=pooler)
