@@ -373,7 +373,8 @@ class BertEncoder(CheckedBlock):
 
     Equivalent computation::
 
-        x = word_embed(token_ids) + position_embed(arange(T)) + token_type_embed(token_types)
+        x = word_embed(token_ids) + token_type_embed(token_types) + position_embed(arange(T))
+        #   (no token_type_embed when num_token_types=0)
         x = dropout(embed_ln(x))                                       # (B, T, D)
         return encoder(x, valid_length, mask)                          # (B, T, D)
 
