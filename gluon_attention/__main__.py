@@ -1,4 +1,5 @@
-"""``python -m gluon_attention fused-build|fused-check``: build or check the fused kernel."""
+"""``python -m gluon_attention fused-build|fused-check``: build or check the fused kernel;
+``python -m gluon_attention convert --from gluonnlp ...``: convert a GluonNLP 0.10 model."""
 import argparse
 import sys
 
@@ -7,15 +8,79 @@ from .core import fused
 __all__ = ['main']
 
 
+def _convert_parser(architectures):
+    parser = argparse.ArgumentParser(
+        prog='python -m gluon_attention convert', allow_abbrev=False,
+        description='Convert a GluonNLP 0.10 BERT-family model (save_parameters .params file '
+                    'and its vocabulary) into a model folder (config.json, model.safetensors, '
+                    'tokenizer, head), or a model folder back into a 0.10 .params file.')
+    parser.add_argument('--from', dest='source', choices=['gluonnlp'],
+                        help='convert from a GluonNLP 0.10 .params file')
+    parser.add_argument('--to', dest='target', choices=['gluonnlp', 'transformers'],
+                        help='convert the folder --model-dir: gluonnlp into the .params file '
+                             '--params; transformers into the folder --output-dir')
+    parser.add_argument('--model', choices=sorted(architectures),
+                        help='the 0.10 zoo name of the architecture (with --from)')
+    parser.add_argument('--params', help='the .params file (read or written)')
+    parser.add_argument('--vocab', help="0.10's vocabulary JSON (.vocab) or a WordPiece "
+                                        'vocab.txt (with --from)')
+    parser.add_argument('--output-dir', help='the model folder to write (with --from)')
+    parser.add_argument('--model-dir', help='the model folder to read (with --to)')
+    parser.add_argument('--sizes', default='',
+                        help='a model built at other sizes than the zoo name: comma-separated '
+                             'KEY=N of num_layers, units, hidden_size, num_heads, max_length')
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument('--lower', dest='lower', action='store_true', default=None,
+                      help='the tokenizer lowercases (default: from the vocabulary)')
+    case.add_argument('--cased', dest='lower', action='store_false',
+                      help='the tokenizer keeps case')
+    return parser
+
+
+def convert_main(argv):
+    """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
+    ``--to gluonnlp``, or that folder for transformers with ``--to transformers``. Returns the
+    exit status: 0 on success, 2 on refused input."""
+    from .convert import (  # pylint: disable=import-outside-toplevel
+        ARCHITECTURES, from_gluonnlp, to_gluonnlp, to_transformers)
+    parser = _convert_parser(ARCHITECTURES)
+    args = parser.parse_args(argv)
+    if (args.source is None) == (args.target is None):
+        parser.error('give exactly one of --from gluonnlp and --to gluonnlp|transformers')
+    needed = {'gluonnlp': ('model_dir', 'params'), 'transformers': ('model_dir', 'output_dir'),
+              None: ('model', 'params', 'vocab', 'output_dir')}[args.target]
+    missing = ['--' + name.replace('_', '-') for name in needed if getattr(args, name) is None]
+    if missing:
+        parser.error('{} required with --{}'.format(', '.join(missing),
+                                                   'from' if args.source else 'to'))
+    try:
+        if args.target:
+            print(to_transformers(args.model_dir, args.output_dir) if args.target ==
+                  'transformers' else to_gluonnlp(args.model_dir, args.params))
+            return 0
+        sizes = dict(item.split('=', 1) for item in args.sizes.split(',') if item)
+        result = from_gluonnlp(args.params, args.model, args.vocab, args.output_dir,
+                               lower=args.lower,
+                               sizes={k: int(v) for k, v in sizes.items()} or None)
+    except (ValueError, FileNotFoundError) as err:
+        print('error: {}'.format(err), file=sys.stderr)
+        return 2
+    print('{output_dir}: encoder, head {head}, tokenizer {tokenizer}'.format(**result))
+    return 0
+
+
 def main(argv=None):
     """Returns the exit status: 0 on success, 1 when the kernel cannot be built or loaded."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['convert']:
+        return convert_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention',
         description='Build or check the fused attention kernel library (gluon_attention.fused).',
         allow_abbrev=False)
-    parser.add_argument('command', choices=['fused-build', 'fused-check'],
+    parser.add_argument('command', choices=['fused-build', 'fused-check', 'convert'],
                         help='fused-build: compile it (skipped when up to date); '
-                             'fused-check: load it')
+                             'fused-check: load it; convert: see convert --help')
     parser.add_argument('--force', action='store_true', help='rebuild even when up to date')
     parser.add_argument('--optional', action='store_true',
                         help='a failed build is a warning (exit 0): the library then runs on '

@@ -232,7 +232,7 @@ def convert_logical_not(node, **kwargs):
 
 _FLOAT_UNARY = {'_npi_sqrt': 'Sqrt', '_npi_tanh': 'Tanh', '_npi_exp': 'Exp', '_npi_log': 'Log',
                 '_npi_sin': 'Sin', '_npi_cos': 'Cos', '_npi_reciprocal': 'Reciprocal',
-                '_npi_erf': 'Erf', '_npi_ceil': 'Ceil', '_npi_floor': 'Floor'}
+                '_npi_erf': 'Erf', '_npi_ceil': 'Ceil', '_npi_floor': 'Floor', '_npx_relu': 'Relu'}
 
 
 @register(*_FLOAT_UNARY)

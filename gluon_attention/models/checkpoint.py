@@ -4,7 +4,9 @@ arguments and parameters, with every tensor name and shape checked; and writing 
 a fine-tuned encoder.
 
 Tensor names are the standard BERT ones (Devlin et al., 2019, as Hugging Face writes them), with or
-without a ``bert.`` prefix; TF-style LayerNorm ``gamma``/``beta`` are accepted.
+without a ``bert.`` prefix; TF-style LayerNorm ``gamma``/``beta`` are accepted. Hugging Face
+RoBERTa and DistilBERT folders (``model_type`` 'roberta', 'distilbert') are read through
+:func:`gluon_attention.models.hf_family.bert_form`.
 """
 import json
 import pathlib
@@ -14,9 +16,13 @@ import numpy as onp
 
 from .. import _checks
 from .._resources import default_model_dir
+from .hf_family import bert_form
+from .torch_bin import load_torch_bin
 
-__all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config',
-           'write_checkpoint']
+TORCH_FILE = 'pytorch_model.bin'  # read when model.safetensors is absent
+
+__all__ = ['read_checkpoint', 'load_bert_tensors', 'bert_tensors', 'bert_config', 'config_json',
+           'canonical_names', 'write_checkpoint']
 
 
 def read_checkpoint(path=None):
@@ -25,7 +31,10 @@ def read_checkpoint(path=None):
     Parameters
     ----------
     path : str, os.PathLike or None
-        Folder with ``config.json`` and ``model.safetensors``; None: the default pretrained
+        Folder with ``config.json`` and ``model.safetensors`` or, without it,
+        ``pytorch_model.bin`` (:func:`~gluon_attention.models.torch_bin.load_torch_bin`): BERT,
+        RoBERTa or DistilBERT as transformers writes them, or this library's; None: the
+        default pretrained
         encoder (:func:`gluon_attention._resources.default_model_dir`).
 
     Returns
@@ -40,16 +49,26 @@ def read_checkpoint(path=None):
         unsupported config.
     """
     folder = default_model_dir() if path is None else pathlib.Path(path)
-    config = _read_config(_require_file(folder, 'config.json'))
-    weights_file = _require_file(folder, 'model.safetensors')
+    config_file = _require_file(folder, 'config.json')
+    raw = _read_json(config_file)
+    if (folder / TORCH_FILE).is_file() and not (folder / 'model.safetensors').is_file():
+        weights_file = folder / TORCH_FILE
+        tensors = load_torch_bin(weights_file)
+    else:
+        weights_file = _require_file(folder, 'model.safetensors')
+        tensors = _load_safetensors(weights_file)
+    raw, tensors = bert_form(raw, tensors)
+    return _read_config(raw, config_file), tensors, str(weights_file)
+
+
+def _load_safetensors(weights_file):
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
-        tensors = load_file(str(weights_file))
+        return load_file(str(weights_file))
     except Exception as err:  # safetensors raises its own error type for corrupt files
         _checks.fail('{} is not a readable safetensors file ({})'.format(
             weights_file, str(err).splitlines()[0] if str(err) else type(err).__name__),
             path=str(weights_file))
-    return config, tensors, str(weights_file)
 
 
 def _require_file(folder, name):
@@ -71,26 +90,32 @@ _CONFIG_DEFAULTS = {'layer_norm_eps': 1e-12, 'hidden_dropout_prob': 0.1,
                     'attention_probs_dropout_prob': 0.1}
 
 
-def _read_config(file):
-    """BertEncoder keyword arguments from a BERT ``config.json``."""
+def _read_json(file):
     try:
         raw = json.loads(file.read_text(encoding='utf-8'))
     except ValueError as err:
         _checks.fail('config.json must be valid JSON ({})'.format(err), config=str(file))
     if not isinstance(raw, dict):
         _checks.fail('config.json must hold a JSON object', config=str(file))
+    return raw
+
+
+def _read_config(raw, file):
+    """BertEncoder keyword arguments from a BERT ``config.json`` (``raw``, read from ``file``)."""
     missing = sorted(key for key in _CONFIG_KEYS.values()
                      if key not in raw and key not in _CONFIG_DEFAULTS)
     if missing:
         _checks.fail('config.json lacks the BERT keys {}'.format(', '.join(missing)),
                      config=str(file))
-    if raw.get('hidden_act', 'gelu') != 'gelu':
-        _checks.fail("config.json must have hidden_act='gelu' (exact erf GELU)",
+    if raw.get('hidden_act', 'gelu') not in _ACTIVATIONS:
+        _checks.fail("config.json must have hidden_act 'gelu' (exact erf GELU) or 'relu'",
                      hidden_act=raw['hidden_act'])
     if raw.get('position_embedding_type', 'absolute') != 'absolute':
         _checks.fail("config.json must have position_embedding_type='absolute'",
                      position_embedding_type=raw['position_embedding_type'])
-    return {arg: raw.get(key, _CONFIG_DEFAULTS.get(key)) for arg, key in _CONFIG_KEYS.items()}
+    config = {arg: raw.get(key, _CONFIG_DEFAULTS.get(key)) for arg, key in _CONFIG_KEYS.items()}
+    config['activation'] = raw.get('hidden_act', 'gelu')
+    return config
 
 
 _EMBEDDING_NAMES = {'embeddings.word_embeddings.weight': 'word_embed.weight',
@@ -102,12 +127,16 @@ _LAYER_NAMES = {'attention.self.query': 'attn_query', 'attention.self.key': 'att
                 'attention.self.value': 'attn_value', 'attention.output.dense': 'attn_proj',
                 'attention.output.LayerNorm': 'attn_ln', 'intermediate.dense': 'ffn_1',
                 'output.dense': 'ffn_2', 'output.LayerNorm': 'ffn_ln'}
+_ACTIVATIONS = ('gelu', 'relu')
 _LEAF_NAMES = {'weight': 'weight', 'bias': 'bias', 'gamma': 'weight', 'beta': 'bias'}
 
 
-def _bert_name_map(num_layers):
-    """Standard BERT tensor name -> structural parameter name of a BertEncoder."""
+def _bert_name_map(num_layers, token_types=True):
+    """Standard BERT tensor name -> structural parameter name of a BertEncoder (without the
+    token type embedding when ``token_types`` is False: ``num_token_types=0``)."""
     names = dict(_EMBEDDING_NAMES)
+    if not token_types:
+        del names['embeddings.token_type_embeddings.weight']
     for i in range(num_layers):
         for bert, ours in _LAYER_NAMES.items():
             is_norm = ours.endswith('_ln')
@@ -118,7 +147,7 @@ def _bert_name_map(num_layers):
     return names
 
 
-def _canonical_names(tensors):
+def canonical_names(tensors):
     """Strip an optional ``bert.`` prefix, rename TF-style gamma/beta, drop ignored tensors."""
     prefixed = any(name.startswith('bert.') for name in tensors)
     out = {}
@@ -137,8 +166,8 @@ def _canonical_names(tensors):
 
 def load_bert_tensors(block, tensors, source):
     """Copy the checkpoint's tensors into ``block``'s parameters, checking names and shapes."""
-    names = _bert_name_map(block.config['num_layers'])
-    tensors = _canonical_names(tensors)
+    names = _bert_name_map(block.config['num_layers'], bool(block.config['num_token_types']))
+    tensors = canonical_names(tensors)
     missing = sorted(set(names) - set(tensors))
     unexpected = sorted(set(tensors) - set(names))
     if missing or unexpected:
@@ -171,15 +200,22 @@ def bert_tensors(block):
         embeddings (rows, D).
     """
     params = block._collect_params_with_prefix()  # pylint: disable=protected-access
+    names = _bert_name_map(block.config['num_layers'], bool(block.config['num_token_types']))
     return {bert: params[ours].data().asnumpy().astype(onp.float32)
-            for bert, ours in _bert_name_map(block.config['num_layers']).items()}
+            for bert, ours in names.items()}
 
 
 def bert_config(block):
     """A BERT ``config.json`` dict (the keys :func:`read_checkpoint` and other BERT tools read)
     describing ``block.config``."""
-    config = {key: block.config[arg] for arg, key in _CONFIG_KEYS.items()}
-    config.update(architectures=['BertModel'], model_type='bert', hidden_act='gelu',
+    return config_json(block.config)
+
+
+def config_json(encoder_config):
+    """The BERT ``config.json`` dict of BertEncoder keyword arguments ``encoder_config``."""
+    config = {key: encoder_config[arg] for arg, key in _CONFIG_KEYS.items()}
+    config.update(architectures=['BertModel'], model_type='bert',
+                  hidden_act=encoder_config.get('activation', 'gelu'),
                   position_embedding_type='absolute', pad_token_id=0, initializer_range=0.02)
     return config
 

@@ -354,7 +354,8 @@ class BertEncoder(CheckedBlock):
 
     Equivalent computation::
 
-        x = word_embed(token_ids) + position_embed(arange(T)) + token_type_embed(token_types)
+        x = word_embed(token_ids) + token_type_embed(token_types) + position_embed(arange(T))
+        #   (no token_type_embed when num_token_types=0)
         x = dropout(embed_ln(x))                                       # (B, T, D)
         return encoder(x, valid_length, mask)                          # (B, T, D)
 
@@ -375,11 +376,14 @@ class BertEncoder(CheckedBlock):
         hybridized too; only an exported graph, which runs without this class, reads clipped
         positions when given longer inputs).
     num_token_types : int
-        Number of segment (token type) ids.
+        Number of segment (token type) ids; 0: no token type embedding (RoBERTa, DistilBERT),
+        and ``token_types`` must then be None or all zeros.
     dropout, attention_dropout : float
         Dropout rates of the embeddings and layers, and of the attention weights, in [0, 1).
     layer_norm_eps : float
-        Epsilon of every LayerNorm.
+        Epsilon of every LayerNorm (BERT 1e-12; RoBERTa, DistilBERT, ERNIE 1e-5).
+    activation : {'gelu', 'relu'}
+        The feed-forward activation (ERNIE: 'relu'); 'gelu' is the exact (erf) GELU.
     kernels : Kernels
         As in :class:`TransformerEncoder` (``rowwise`` also for the embeddings' LayerNorm;
         'auto' attention: the fused kernel on CPU when it is built and ``attention_dropout`` is
@@ -430,17 +434,19 @@ class BertEncoder(CheckedBlock):
 
     def __init__(self, vocab_size, units=384, hidden_size=1536, num_layers=6, num_heads=12,
                  max_length=512, num_token_types=2, dropout=0.1, attention_dropout=0.1,
-                 layer_norm_eps=1e-12, kernels=Kernels(), prefix=None, params=None,
-                 fused_attention=None, fused_rowwise=None, matmul_dtype=None):
+                 layer_norm_eps=1e-12, activation='gelu', kernels=Kernels(), prefix=None,
+                 params=None, fused_attention=None, fused_rowwise=None, matmul_dtype=None):
         super().__init__(prefix=prefix, params=params)
         vocab_size = _checks.check_positive_int('vocab_size', vocab_size)
         units = _checks.check_positive_int('units', units)
         self._max_length = _checks.check_positive_int('max_length', max_length)
-        num_token_types = _checks.check_positive_int('num_token_types', num_token_types)
+        if num_token_types != 0:
+            num_token_types = _checks.check_positive_int('num_token_types', num_token_types)
         self.config = dict(vocab_size=vocab_size, units=units, hidden_size=hidden_size,
                            num_layers=num_layers, num_heads=num_heads, max_length=max_length,
                            num_token_types=num_token_types, dropout=dropout,
-                           attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps)
+                           attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
+                           activation=activation)
         kernels = _kernels(type(self).__name__, kernels, attention_dropout,
                            fused_attention=fused_attention, fused_rowwise=fused_rowwise,
                            matmul_dtype=matmul_dtype)
@@ -448,14 +454,15 @@ class BertEncoder(CheckedBlock):
             self.word_embed = nn.Embedding(vocab_size, units, weight_initializer=_weight_init())
             self.position_embed = nn.Embedding(max_length, units,
                                                weight_initializer=_weight_init())
-            self.token_type_embed = nn.Embedding(num_token_types, units,
-                                                 weight_initializer=_weight_init())
+            if num_token_types:
+                self.token_type_embed = nn.Embedding(num_token_types, units,
+                                                     weight_initializer=_weight_init())
             self.embed_ln = ResidualLayerNorm(layer_norm_eps, units, kernels=kernels)
             self.embed_dropout = nn.Dropout(_checks.check_probability('dropout', dropout))
             self.encoder = TransformerEncoder(
                 num_layers, units, hidden_size, num_heads, dropout=dropout,
                 attention_dropout=attention_dropout, layer_norm_eps=layer_norm_eps,
-                kernels=kernels)
+                activation=activation, kernels=kernels)
 
     def forward(self, token_ids, *args):  # pylint: disable=arguments-differ
         if args and args[0] is None and isinstance(token_ids, mx.nd.NDArray):
@@ -493,7 +500,8 @@ class BertEncoder(CheckedBlock):
                          **{'token_ids.shape': token_ids.shape,
                             'token_types.shape': token_types.shape})
         _checks.check_token_ids('token_ids', token_ids, self.config['vocab_size'])
-        _checks.check_token_ids('token_types', token_types, self.config['num_token_types'])
+        _checks.check_token_ids('token_types', token_types,
+                                max(self.config['num_token_types'], 1))  # 0 types: zeros only
         _checks.check_not_empty('the batch size B and the sequence length T', token_ids.shape,
                                 **{'token_ids.shape': token_ids.shape})
         if token_ids.shape[1] > self._max_length:
@@ -506,8 +514,11 @@ class BertEncoder(CheckedBlock):
     def hybrid_forward(self, F, token_ids, token_types,  # pylint: disable=arguments-differ
                        valid_length, mask=None):
         positions = F.npx.arange_like(token_ids, axis=1)                 # (T,) token_ids' dtype
-        data = self.word_embed(token_ids) + self.token_type_embed(token_types) \
-            + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
+        if self.config['num_token_types']:
+            data = self.word_embed(token_ids) + self.token_type_embed(token_types)  # (B, T, D)
+        else:  # all zeros (checked); used, as every input of a graph must be
+            data = self.word_embed(token_ids) + F.np.expand_dims(token_types, -1) * 0
+        data = data + F.np.expand_dims(self.position_embed(positions), axis=0)   # (B, T, D)
         data = self.embed_dropout(self.embed_ln(data))                   # (B, T, D)
         return self.encoder(data, valid_length, mask)                    # (B, T, D)
 

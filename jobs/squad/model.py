@@ -61,8 +61,9 @@ def freeze_lowest_layers(backbone, num_layers):
     check_freeze_layers(num_layers, len(layers))
     if num_layers == 0:
         return
-    frozen = [backbone.word_embed, backbone.position_embed, backbone.token_type_embed,
-              backbone.embed_ln] + [layers[i] for i in range(num_layers)]
+    frozen = [backbone.word_embed, backbone.position_embed, backbone.embed_ln] + [
+        layers[i] for i in range(num_layers)] + ([backbone.token_type_embed] if (
+            backbone.config['num_token_types']) else [])
     for block in frozen:
         for param in block.collect_params().values():
             param.grad_req = 'null'

@@ -175,7 +175,8 @@ def test_bad_tensors_are_named(small_encoder, tmp_path, kind, message):
 
 
 @pytest.mark.parametrize('change, error, message', [
-    ({'hidden_act': 'relu'}, ValueError, r"hidden_act='gelu'.*Received: hidden_act='relu'"),
+    ({'hidden_act': 'gelu_new'}, ValueError,
+     r"hidden_act 'gelu'.*'relu'.*Received: hidden_act='gelu_new'"),
     ({'position_embedding_type': 'relative_key'}, ValueError,
      r"Received: position_embedding_type='relative_key'"),
     ({'num_hidden_layers': None}, ValueError, r'lacks the BERT keys num_hidden_layers.*Received'),

@@ -229,6 +229,22 @@ def test_bert_encoder_matches_mxnet_within_1e4(fused_attention, tmp_path):
     check_parity(encoder, token_inputs(50), TOKEN_NAMES, TOKEN_SHAPES, tmp_path, MODEL_TOL)
 
 
+@pytest.mark.parametrize('fused_attention', [False, pytest.param(True, marks=requires_fused)],
+                         ids=['composed', 'fused'])
+def test_bert_family_encoder_without_token_types_with_relu_exports(fused_attention, tmp_path):
+    # RoBERTa / DistilBERT (no token type embedding) with ERNIE's ReLU and epsilon 1e-5
+    mx.random.seed(12)
+    encoder = initialize(ga.BertEncoder(50, units=12, hidden_size=16, num_layers=2, num_heads=3,
+                                        max_length=24, attention_dropout=0.0,
+                                        fused_attention=fused_attention, num_token_types=0,
+                                        activation='relu', layer_norm_eps=1e-5))
+
+    def make(batch, length):
+        ids, token_types, valid_length = token_inputs(50)(batch, length)
+        return [ids, token_types * 0, valid_length]
+    check_parity(encoder, make, TOKEN_NAMES, TOKEN_SHAPES, tmp_path, MODEL_TOL)
+
+
 def test_transformer_encoder_with_dropout_exports_dropout_as_identity(tmp_path):
     mx.random.seed(3)
     encoder = initialize(ga.TransformerEncoder(2, 12, 16, 3, dropout=0.3,
