@@ -7,6 +7,7 @@ call a user makes (see :mod:`gluon_attention._checks`).
 """
 __version__ = '0.1.0'
 
+from .hardware import hardware, setup as _setup_hardware; _setup_hardware()  # noqa: E702 AMX, first
 from .core.masking import (gen_self_attn_mask, gen_mem_attn_mask, valid_length_to_mask,
                            combine_masks, mask_fill_like)
 from .core.softmax import masked_softmax, masked_log_softmax

@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / 'gluon_attention'
-LAYER = {'_checks': (0,), '_resources': (0,), 'core': (1,), 'compat': (2,), 'models': (2,),
+LAYER = {'_checks': (0,), '_resources': (0,), 'hardware': (0,), 'core': (1,), 'compat': (2,), 'models': (2,),
          'data': (2,), 'tasks.engine': (3, 0), 'tasks.export': (3, 1), 'tasks.squad': (3, 2),
          'tasks.nli': (3, 2), 'tasks.bench': (3, 3), 'tasks.serve': (3, 3)}
 TOP = {'fused', 'export', '__main__'}
