@@ -24,10 +24,11 @@ gluon_attention decides for itself. A consequence: setting ``DNNL_MAX_CPU_ISA`` 
 
 oneDNN reads the variable only once, at its first primitive, and MXNet exposes no query of it: in
 a process where a oneDNN product ran before ``import gluon_attention``, raising it is silently
-ignored. :func:`hardware` then tells it by a timed probe (``verify=True``): with AMX a bfloat16
-product of (1024, 1024) x (1024, 1024) runs faster than float32 (1.8-3.5x on a loaded 2-core
-Xeon with AMX), without it slower (0.6-0.7x); below 1.3x it reports AMX not in use. Shared,
-loaded cores can mislead it either way: the report gives the measured ratio.
+ignored. :func:`hardware` then tells it by a timed probe (``verify=True``): on a CPU with AMX a
+bfloat16 product of (1024, 1024) x (1024, 1024) beats float32 only on AMX tiles (measured on a
+2-core Xeon with AMX under load 9-11: 1.0-3.8x with AMX, 0.6-0.9x without, where oneDNN uses
+AVX512-BF16), so a probe where bfloat16 is not faster reports AMX not in use. Shared, loaded
+cores can still mislead it: the report gives the measured ratio.
 """
 import collections
 import ctypes
@@ -51,7 +52,7 @@ SAFE_ISA = 'AVX512_CORE_BF16'
 AMX_FLAGS = ('amx_tile', 'amx_bf16')
 REPORTED_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'amx_tile', 'amx_bf16', 'amx_int8')
 #: bfloat16 / float32 speed of the probe above which AMX counts as in use.
-PROBE_THRESHOLD = 1.3
+PROBE_THRESHOLD = 1.0
 _SYS_ARCH_PRCTL = 158           # x86-64 Linux
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18

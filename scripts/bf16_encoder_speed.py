@@ -28,6 +28,8 @@ def parse_args(argv=None):
     p.add_argument('--length', type=int, default=384)
     p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--threads', type=int, default=0)
+    p.add_argument('--ways', default='float32,bfloat16,bfloat16-graph',
+                   help='the ways to time, comma-separated (with DNNL_VERBOSE=1: one at a time)')
     return p.parse_args(argv)
 
 
@@ -69,19 +71,20 @@ def main(argv=None):
     import gluon_attention
     print(gluon_attention.hardware(), flush=True)
     blocks, inputs = build(args)
+    blocks = {n: b for n, b in blocks.items() if n in args.ways.split(',')}
     times, outputs = {n: [] for n in blocks}, {}
     for _ in range(args.repeats + 1):               # the first round warms up, untimed
         for name, block in blocks.items():
             start = time.perf_counter()
             outputs[name] = block(*inputs).asnumpy()
             times[name].append(time.perf_counter() - start)
-    base = statistics.median(times['float32'][1:])
+    base = statistics.median(times[next(iter(times))][1:] or times[next(iter(times))])
     for name, values in times.items():
         values = values[1:] if len(values) > 1 else values
-        print('{:15s} median {:8.1f} ms  (min {:.1f}, max {:.1f})  float32/this {:.2f}x  '
+        print('{:15s} median {:8.1f} ms  (min {:.1f}, max {:.1f})  first/this {:.2f}x  '
               'max |diff| {:.3g}'.format(name, 1e3 * statistics.median(values), 1e3 * min(values),
                                          1e3 * max(values), base / statistics.median(values),
-                                         abs(outputs[name] - outputs['float32']).max()))
+                                         abs(outputs[name] - outputs[next(iter(times))]).max()))
 
 
 if __name__ == '__main__':
