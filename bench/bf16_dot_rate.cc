@@ -3,8 +3,8 @@
 // per instruction, float32 accumulation): the ceiling of a bfloat16 path for the fused
 // attention kernel, whose inner loops are such register-tile products.
 //
-//   g++ -O2 -mavx512f -mavx512bf16 bench/bf16_dot_rate.cc -o /tmp/bf16_dot_rate
-//   /tmp/bf16_dot_rate            # prints GMAC/s of each, best of 15 interleaved runs, and their ratio
+//   g++ -O2 -mavx512f -mavx512bf16 bench/bf16_dot_rate.cc -o build/bf16_dot_rate
+//   build/bf16_dot_rate            # prints GMAC/s of each, best of 15 interleaved runs, and their ratio
 //
 // Twenty-four independent accumulators per loop hide the instructions' latency, as the kernel's
 // register tiles do; operands stay in registers (no memory traffic: the rate of the units).

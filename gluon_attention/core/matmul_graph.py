@@ -20,6 +20,7 @@ import json
 import mxnet as mx
 
 from .. import _checks
+from . import fused as _fused
 from .matmul import BFLOAT16
 
 __all__ = ['bfloat16_products', 'Bfloat16Graph']
@@ -147,6 +148,31 @@ class Bfloat16Graph:
             self.block.collect_params().load_dict(converted, ctx or mx.cpu(), cast_dtype=True,
                                                   dtype_source='saved')
             self.block.hybridize(static_alloc=True)
+
+    @classmethod
+    def from_exported(cls, prefix, ctx=None):
+        """The graph an export wrote at ``prefix`` (``<prefix>-symbol.json``, the parameters of
+        the epoch and ``<prefix>-inputs.json`` with the input names and dtypes, as
+        ``gluon_attention.export.export_block`` writes them), its products in bfloat16; the
+        fused kernel library is loaded first. Raises ValueError when a file is missing or the
+        graph has no product, RuntimeError when it needs the library and that cannot load."""
+        spec_path = '{}-inputs.json'.format(prefix)
+        try:
+            with open(spec_path, encoding='utf-8') as handle:
+                spec = json.load(handle)
+            with open('{}-symbol.json'.format(prefix), encoding='utf-8') as handle:
+                symbol_json = handle.read()
+        except OSError as err:
+            _checks.fail('an exported graph needs {}-symbol.json, its parameters and '
+                         '{} ({})'.format(prefix, spec_path, err.strerror), prefix=prefix)
+        if any('"{}"'.format(op) in symbol_json for op in _fused.LIBRARY_OPS) and \
+                not _fused.load():
+            raise RuntimeError('{} uses the fused kernel library, which cannot be loaded here: '
+                               '{}'.format(prefix, _fused.load_error()))
+        with mx.util.np_shape(True):
+            saved = mx.nd.load('{}-{:04d}.params'.format(prefix, spec.get('epoch', 0)))
+        params = {k.split(':', 1)[-1]: v for k, v in saved.items()}
+        return cls(symbol_json, params, spec['graph_input_names'], spec.get('input_dtypes'), ctx)
 
     def __call__(self, *inputs):
         with mx.util.np_shape(True), mx.util.np_array(False):

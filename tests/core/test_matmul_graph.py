@@ -80,3 +80,17 @@ def test_bad_graphs_are_refused(text, fragment):
     with pytest.raises(ValueError, match=fragment) as err:
         bfloat16_products(text, {})
     assert 'Received: symbol_json=' in str(err.value)
+
+
+@needs_bf16
+def test_from_exported_reads_what_export_block_wrote(exported, tmp_path):
+    from gluon_attention.export import export_block
+    enc, inputs, symbol_json, params = exported
+    enc(*inputs).wait_to_read()                 # its graph cached again (export needs it)
+    export_block(enc, str(tmp_path / 'enc'), ['token_ids', 'token_types', 'valid_length'],
+                 ['int32'] * 3)
+    want = Bfloat16Graph(symbol_json, params, NAMES, ['int32'] * 3)(*inputs).asnumpy()
+    got = Bfloat16Graph.from_exported(str(tmp_path / 'enc'))(*inputs).asnumpy()
+    assert onp.array_equal(got, want)
+    with pytest.raises(ValueError, match='Received: prefix='):
+        Bfloat16Graph.from_exported(str(tmp_path / 'missing'))
