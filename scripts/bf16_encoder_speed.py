@@ -22,7 +22,7 @@ SHAPES = {'minilm': dict(units=384, hidden_size=1536, num_layers=6, num_heads=12
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], allow_abbrev=False)
     p.add_argument('--shape', choices=sorted(SHAPES), default='minilm')
     p.add_argument('--batch', type=int, default=8)
     p.add_argument('--length', type=int, default=384)
