@@ -11,6 +11,7 @@ and does nothing else.
 """
 __version__ = '0.1.0'
 
+from .hardware import hardware, setup as _setup_hardware; _setup_hardware()  # noqa: E702 AMX, first
 from ._deprecated import module_getattr as _module_getattr
 from .core.backends import attention
 from .core.functional import multi_head_dot_attn
@@ -45,6 +46,8 @@ __all__ = [
     # task blocks
     'DecomposableAttention', 'ModelForQAConditional', 'QAInference', 'qa_loss',
     'qa_loss_parts', 'QAPredictor',
+    # what this process runs on (the AMX decision made at import)
+    'hardware',
 ]
 
 _DEPRECATED = {   # old top-level name: (replacement, where it lives)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY, JOBS = 'gluon_attention', 'jobs'
-LAYER = {'_checks': (0,), '_resources': (0,), '_deprecated': (0,), 'files': (0,), 'core': (1,), 'compat': (2,),
-         'models': (2,), 'data': (2,), 'export': (3,), 'convert': (3,), 'pipelines': (4,)}
+LAYER = {'_checks': (0,), '_resources': (0,), '_deprecated': (0,), 'hardware': (0,), 'files': (0,),
+         'core': (1,), 'compat': (2,), 'models': (2,), 'data': (2,), 'export': (3,), 'convert': (3,), 'pipelines': (4,)}
 ROOMS = {'engine': (0,), 'squad': (1,), 'nli': (1,), 'bench': (2,), 'serve': (2,)}
 TOP = {'', 'fused', 'checks', 'resources', '__main__'}
 DYNAMIC = {'import_module', '__import__'}

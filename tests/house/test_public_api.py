@@ -16,7 +16,7 @@ DOCUMENTED = sorted([
     'TransformerEncoderLayer', 'TransformerEncoder', 'BertEncoder', 'ResidualLayerNorm',
     'Kernels', 'set_matmul_dtype',
     'DecomposableAttention', 'ModelForQAConditional', 'QAInference', 'qa_loss',
-    'qa_loss_parts', 'QAPredictor'])
+    'qa_loss_parts', 'QAPredictor', 'hardware'])
 
 # (module, old name, the object it must still give as 'module:attribute')
 DEPRECATED = [

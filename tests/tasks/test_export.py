@@ -1,4 +1,4 @@
-"""tasks.export.block.export_and_check: export, reload with SymbolBlock.imports, compare.
+"""gluon_attention.export.block.export_and_check: export, reload with SymbolBlock.imports, compare.
 
 The reloaded graph is checked against the float64 oracle at batch sizes and lengths other than the
 export's; the report's difference is shown to be measured (a perturbed reload is caught); the

@@ -1,4 +1,4 @@
-"""ONNX export (tasks.export.onnx): every block and model in ONNX Runtime against MXNet.
+"""ONNX export (gluon_attention.export.onnx): every block and model in ONNX Runtime against MXNet.
 
 Each block is hybridized, run once and exported at one shape, converted to ONNX (opset 13), and
 run in ONNX Runtime (CPU) at two batch sizes x two sequence lengths other than the export's:

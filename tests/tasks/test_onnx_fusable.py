@@ -1,5 +1,5 @@
-"""The fusable ONNX form (tasks.export.onnx_fusable) and ONNX Runtime's tools on it
-(tasks.export.onnx_optimize).
+"""The fusable ONNX form (gluon_attention.export.onnx_fusable) and ONNX Runtime's tools on it
+(gluon_attention.export.onnx_optimize).
 
 A tiny fused BertEncoder (D=12, K=3, 2 layers, N(0, 0.4) weights: attention far from uniform)
 and the QA model on it, exported once at (2, 5) with ``fusable=True``: ONNX Runtime's optimizer
