@@ -48,9 +48,9 @@ def test_readme_quickstart_runs_and_reloads_without_a_warning(tmp_path):
 
 
 #: Packages the README quickstart must run without (it claims mxnet, numpy and the package only).
-#: onnx is not in the list while gluon_attention.export imports it when imported.
-OPTIONAL_PACKAGES = ('tokenizers', 'safetensors', 'tqdm', 'matplotlib', 'gluonnlp', 'mms',
-                     'model_archiver', 'torch', 'transformers')
+#: (MXNet imports onnx when it is installed and goes on without it.)
+OPTIONAL_PACKAGES = ('tokenizers', 'safetensors', 'tqdm', 'matplotlib', 'onnx', 'onnxruntime',
+                     'gluonnlp', 'mms', 'model_archiver', 'torch', 'transformers')
 
 BLOCKER = """import sys
 class _Blocked:
