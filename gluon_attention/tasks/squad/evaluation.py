@@ -108,7 +108,7 @@ def run_batches(block, features, batch_size, ctx, progress=False):
 
 def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
              version_2_with_negative):
-    """Decode spans and score them with the official SQuAD 2.0 definitions.
+    """Decode spans and score them with the official SQuAD 2.0 or 1.1 definitions.
 
     Parameters
     ----------
@@ -128,15 +128,18 @@ def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
         ``metrics``, ``final_predictions``, ``null_odds``, ``nbest``. With
         ``version_2_with_negative`` the metrics are the official SQuAD 2.0 keys,
         ``full_range_best_*`` and ``always_answer_HasAns_*`` (from the non-null spans) and
-        ``null_odds_auc``; without, the SQuAD 1.1 keys ``exact``, ``f1``, ``total``.
+        ``null_odds_auc``; without, the official SQuAD 1.1 scores
+        (:func:`~gluon_attention.data.squad.squad_v11_evaluate`) under the keys ``exact`` (the
+        v1.1 script's ``exact_match``), ``f1`` and ``total``.
     """
     examples = eval_set.examples
     predictions, final, null_odds, nbest = squad.decode_predictions(
         examples, eval_set.features, outputs, n_best_size, max_answer_length, threshold)
     results = {'final_predictions': final, 'null_odds': null_odds, 'nbest': nbest}
     if not version_2_with_negative:
-        metrics = squad.squad_evaluate(examples, final)
-        return dict(results, metrics={k: metrics[k] for k in ('exact', 'f1', 'total')})
+        metrics = squad.squad_v11_evaluate(examples, final)
+        return dict(results, metrics={'exact': metrics['exact_match'], 'f1': metrics['f1'],
+                                      'total': metrics['total']})
     metrics = squad.squad_evaluate(examples, final, na_probs=null_odds)
     always = squad.squad_evaluate(examples, predictions, na_probs=null_odds)
     for key in ('best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'):
