@@ -5,6 +5,7 @@ import pytest
 
 from gluon_attention.data import squad
 from gluon_attention.data.squad import SquadExample
+from gluon_attention.tasks.squad.data import check_no_shared_data, check_not_trained_on
 
 
 def _example(qid, *golds):
@@ -23,6 +24,13 @@ BAD = [
     ('squad_v11_evaluate-missing-prediction',
      lambda: squad.squad_v11_evaluate([_example('q1', 'a')], {}), ValueError,
      ["first_missing='q1'"]),
+    ('check_no_shared_data-title-in-another-case',
+     lambda: check_no_shared_data([_example('t1', 'a')], [SquadExample('e1', ' t ', 'q', 'd', [],
+                                                                      True)]),
+     ValueError, ["shared_titles=['T']", "titles_to_fix=['T']", "question_ids=['t1']"]),
+    ('check_not_trained_on-title-in-another-case',
+     lambda: check_not_trained_on({'trained_titles': ['t']}, [_example('e1', 'a')], 'f'),
+     ValueError, ["shared_titles=['T']", "question_ids=['e1']", 'num_questions=1']),
 ]
 
 
