@@ -22,7 +22,8 @@ import string
 from .._checks import check_choice, fail
 
 __all__ = ['normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
-           'sweep_null_threshold', 'squad_evaluate', 'METRIC_VERSIONS', 'squad_v11_evaluate']
+           'sweep_null_threshold', 'squad_evaluate', 'METRIC_VERSIONS', 'squad_v11_evaluate',
+           'degenerate_null_odds']
 
 #: The metric definitions :func:`f1_score` and :func:`gold_answers` follow.
 METRIC_VERSIONS = ('1.1', '2.0')
@@ -158,6 +159,27 @@ def _percentages(exact, f1, qids, prefix=''):
             prefix + 'total': total}
 
 
+def degenerate_null_odds(values):
+    """Why no-answer scores cannot be swept, or None when they can.
+
+    Parameters
+    ----------
+    values : sequence of float
+        The no-answer scores of the questions scored.
+
+    Returns
+    -------
+    str or None
+        'a NaN no-answer score' when one is NaN; 'constant no-answer scores' when there are two
+        or more and all are equal; None otherwise.
+    """
+    if any(v != v for v in values):
+        return 'a NaN no-answer score'
+    if len(values) > 1 and len(set(values)) == 1:
+        return 'constant no-answer scores'
+    return None
+
+
 def _checked_ids(examples, **tables):
     """Question ids of ``examples``; ValueError for none, or an id missing from a given table."""
     if not examples:
@@ -233,9 +255,16 @@ def squad_evaluate(examples, predictions, na_probs=None, na_prob_thresh=1.0):
     ------
     ValueError
         For no examples, or a question without a prediction (or without a no-answer probability
-        when ``na_probs`` is given).
+        when ``na_probs`` is given); for ``na_probs`` that are degenerate on the questions: a
+        NaN, or one value for every question of two or more (constant scores rank no question
+        above another, so the sweep would report a threshold and ``best_*`` as if it had swept
+        real scores; call without ``na_probs`` instead, see :func:`degenerate_null_odds`).
     """
     qids = _checked_ids(examples, predictions=predictions, na_probs=na_probs)
+    reason = degenerate_null_odds([na_probs[q] for q in qids]) if na_probs is not None else None
+    if reason:
+        fail('expected no-answer scores that can be swept ({})'.format(reason),
+             num_questions=len(qids), first_value=na_probs[qids[0]])
     has_answer = {e.qas_id: bool(e.answers) for e in examples}
     exact = {e.qas_id: max(exact_match(g, predictions[e.qas_id]) for g in gold_answers(e))
              for e in examples}
