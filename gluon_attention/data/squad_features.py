@@ -262,7 +262,10 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
         another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
-        'plausible' (impossible questions given a plausible span).
+        'plausible' (impossible questions given a plausible span), 'lost_to_chunking'
+        (answerable examples, not skipped, whose gold span straddles chunks so that no chunk
+        holds it whole: every chunk of the question is then labelled impossible; a stride too
+        large for the answers shows here).
     plausible_spans : bool
         When True, an impossible question's chunks that hold the span of its first plausible
         answer (matched like a gold span) carry that span as start/end positions, still marked
@@ -288,7 +291,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     encoded = {text: (e.ids, carry_combining_marks(text, e.offsets)) for text, e in
                zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False))}
     queries = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
-    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0)
+    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0,
+                  lost_to_chunking=0)
     features = []
     for index, (example, query) in enumerate(zip(examples, queries)):
         if not is_training and is_blank_input(example.question, example.context):
@@ -306,12 +310,19 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
             span, how = _gold_span(offsets, example.context, *example.plausible_answers[0])
             span = None if how == 'mismatch' else span
             counts['plausible'] += span is not None
-        features += _example_features(index, example, query.ids[:max_query_length], context_ids,
-                                      offsets, span, special_ids, (max_seq_length, doc_stride))
+        chunks = _example_features(index, example, query.ids[:max_query_length], context_ids,
+                                   offsets, span, special_ids, (max_seq_length, doc_stride))
+        if example.answers and span is not None:
+            counts['lost_to_chunking'] += all(f.is_impossible for f in chunks)
+        features += chunks
     counts.pop('exact', None)
     if counts['mismatch']:
         _LOG.warning('%d of %d gold spans do not match their tokens', counts['mismatch'],
                      counts['answerable'])
+    if counts['lost_to_chunking']:
+        _LOG.warning('%d of %d gold answers straddle chunks and no chunk holds one whole '
+                     '(doc_stride=%d)', counts['lost_to_chunking'], counts['answerable'],
+                     doc_stride)
     if stats is not None:
         stats.update(counts)
     return features

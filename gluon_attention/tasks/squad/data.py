@@ -166,8 +166,9 @@ def load_training_features(config, tokenizer, examples=None):
         for feature in features:
             if examples[feature.example_index].title not in mixed:
                 feature.answerable_loss_weight = 0.0
-    print('train: {} questions -> {} features kept ({} gold-span mismatches skipped)'.format(
-        len(examples), len(features), stats.get('skipped', 0)))
+    print('train: {} questions -> {} features kept ({} gold-span mismatches skipped, {} '
+          'answers lost to chunking)'.format(len(examples), len(features),
+                                             stats.get('skipped', 0), stats['lost_to_chunking']))
     return features, examples
 
 
