@@ -5,6 +5,7 @@ import pytest
 
 from gluon_attention.data import squad
 from gluon_attention.data.squad import SquadExample
+from gluon_attention.tasks.export.onnx_optimize import check_node_names
 from gluon_attention.tasks.squad.data import check_no_shared_data, check_not_trained_on
 
 
@@ -32,6 +33,10 @@ BAD = [
      lambda: check_no_shared_data([_example('t1', 'a')], [SquadExample('e1', ' t ', 'q', 'd', [],
                                                                       True)]),
      ValueError, ["shared_titles=['T']", "titles_to_fix=['T']", "question_ids=['t1']"]),
+    ('check_node_names-unknown-name-lists-near-names',
+     lambda: check_node_names(['encoderlayer1_dense'], ['encoderlayer1_dense3_matmul',
+                                                        'encoderlayer10_dense3_matmul', 'other']),
+     ValueError, ["exclude='encoderlayer1_dense'", 'nearest: encoderlayer1_dense3_matmul']),
     ('check_not_trained_on-title-in-another-case',
      lambda: check_not_trained_on({'trained_titles': ['t']}, [_example('e1', 'a')], 'f'),
      ValueError, ["shared_titles=['T']", "question_ids=['e1']", 'num_questions=1']),

@@ -164,6 +164,15 @@ class QuantizeConfig(QAOptions):
                               'tensor)', choices=(0, 1))
     int8_head: int = option(1, "quantize the QA head's dense layers too (0: they stay float32; "
                             'measured on the demo model: F1 53.93 against 53.97)', choices=(0, 1))
+    activation_scales: str = option(
+        'calibrated', "'calibrated': every activation's INT8 scale fixed once from training "
+                      "features (answers independent of the batch); 'dynamic': scales from each "
+                      'batch at run time (answers depend on which features share it)',
+        choices=('calibrated', 'dynamic'))
+    calibration_file: str = option('cs224n-16articles', 'SQuAD json whose questions of the '
+                                   "model's trained articles (qa_config.json trained_titles) "
+                                   'calibrate the activation scales')
+    calibration_features: int = option(256, 'calibration features (the first, in file order)')
 
 
 @dataclasses.dataclass
