@@ -5,6 +5,7 @@ import pytest
 
 from gluon_attention.data import squad
 from gluon_attention.data.squad import SquadExample
+from gluon_attention.tasks.export.onnx_calibrate import activation_ranges
 from gluon_attention.tasks.export.onnx_optimize import check_node_names
 from gluon_attention.tasks.squad.data import check_no_shared_data, check_not_trained_on
 
@@ -37,6 +38,8 @@ BAD = [
      lambda: check_node_names(['encoderlayer1_dense'], ['encoderlayer1_dense3_matmul',
                                                         'encoderlayer10_dense3_matmul', 'other']),
      ValueError, ["exclude='encoderlayer1_dense'", 'nearest: encoderlayer1_dense3_matmul']),
+    ('activation_ranges-no-batches', lambda: activation_ranges('m.onnx', []), ValueError,
+     ['num_batches=0']),
     ('check_not_trained_on-title-in-another-case',
      lambda: check_not_trained_on({'trained_titles': ['t']}, [_example('e1', 'a')], 'f'),
      ValueError, ["shared_titles=['T']", "question_ids=['e1']", 'num_questions=1']),
