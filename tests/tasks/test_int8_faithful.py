@@ -94,6 +94,12 @@ def test_exclusions_are_exact_validated_node_names(written, tmp_path):
     layer1 = layer0[0].replace('layer0', 'layer1')
     assert layer1 not in written_names and layer1 + '_quant' in written_names
     assert counts['MatMulInteger'] >= 5
+    # the feed-forward products, found by their BiasGelu: two per layer, kept float32 on request
+    ffn = quantize.ffn_node_names(onnx.load(optimized))
+    assert len(ffn) == 2 * LAYERS and all('dense4' in n or 'dense5' in n for n in ffn)
+    quantize_onnx(optimized, str(tmp_path / 'z.onnx'), exclude=ffn)
+    kept = {n.name for n in onnx.load(str(tmp_path / 'z.onnx')).graph.node if n.op_type == 'MatMul'}
+    assert set(ffn) <= kept
 
 
 def test_int8_json_records_the_cpu_the_runtime_and_every_setting(written):
