@@ -32,7 +32,8 @@ def test_v11_keeps_gold_answers_that_normalise_to_nothing():
 
 def test_squad_v11_evaluate_hand_example():
     """q1: gold 'The', prediction 'the': EM 1, F1 0 (v2.0 replaces the gold by '', which
-    scores 'the' EM 1, F1 1). q2: gold 'big red dog' / 'dog', prediction 'red dog': EM 1 (second gold), F1 1.
+    scores 'the' EM 1, F1 1). q2: gold 'big red dog' / 'dog', prediction 'dog': EM 1 (second
+    gold), F1 1.
     q3: gold 'cat', prediction 'dog': 0, 0. Totals: EM 2/3, F1 (0 + 1 + 0)/3."""
     examples = [_example('q1', 'The'), _example('q2', 'big red dog', 'dog'),
                 _example('q3', 'cat')]

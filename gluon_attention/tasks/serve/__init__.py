@@ -8,4 +8,5 @@ from .protocol import ANSWER_KEYS, Limits, RequestError, http_request, parse_req
 
 __all__ = ['ServeConfig', 'JAVA_PACKAGE', 'SERVE_EXTRA', 'ServeSetupError', 'check_runtime',
            'http_request', 'instance_paths', 'kill_workers', 'running_pid', 'start', 'stop',
-           'worker_pids', 'model_pids', 'MAX_REQUEST_BYTES', 'MAX_RESPONSE_BYTES', 'ANSWER_KEYS', 'Limits', 'RequestError', 'parse_request']
+           'worker_pids', 'model_pids', 'MAX_REQUEST_BYTES', 'MAX_RESPONSE_BYTES', 'ANSWER_KEYS',
+           'Limits', 'RequestError', 'parse_request']

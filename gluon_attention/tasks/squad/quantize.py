@@ -20,9 +20,9 @@ fused fewer ``Attention`` nodes than the encoder has layers, when a fused attent
 quantized, or when a node kept in float32 was quantized anyway; ``--int8-ffn 0`` (the default)
 keeps the encoder's feed-forward products in float32 (with them in INT8 the demo model's answers
 moved away from float32's: start/end argmax agreement 83.7%, F1 +0.97; float32 there: 95.2%,
-F1 -0.04, docs/performance.md); ``--int8-head 0`` keeps every
-product of the QA head (every node named after it, copies included) in float32, listed by exact
-name; weights are 7-bit (``reduce_range``) on a CPU without VNNI (AVX512-VNNI, AVX-VNNI or AMX),
+F1 +0.12, docs/performance.md; the speed-up over float32 is then gone); ``--int8-head 0`` keeps
+every product of the QA head (every node named after it, copies included) in float32, listed
+by exact name; weights are 7-bit (``reduce_range``) on a CPU without VNNI (AVX512-VNNI, AVX-VNNI or AMX),
 where 8-bit products can saturate. With ``--activation-scales calibrated`` (the default) the
 activation scales are constants measured on training features
 (:mod:`gluon_attention.tasks.export.onnx_calibrate`), so a feature's answer does not depend on
@@ -149,7 +149,8 @@ def write_int8_model(inference, folder, num_heads, hidden_size, per_channel=True
                      int8_ffn=True):
     """Export ``inference`` (a :class:`QAInference`) to ``folder`` and write its float32 ONNX
     files and the INT8 one (see the module docstring). ``int8_head``, ``int8_ffn``: False keeps
-    the QA head's, the encoder's feed-forward products in float32. ``num_layers``: the encoder's layers
+    the QA head's, the encoder's feed-forward products in float32. ``num_layers``: the encoder's
+    layers
     (checked by :func:`check_int8_counts` when given); ``calibration``: (batches, valid
     lengths) of :func:`calibration_batches` for calibrated activation scales, None for dynamic
     ones; ``reduce_range``: None decides by the CPU (:data:`VNNI_FLAGS`). Returns the
