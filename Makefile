@@ -31,7 +31,7 @@ THREADS ?= $(shell nproc)
 export OMP_NUM_THREADS ?= $(THREADS)
 export MXNET_SAFE_ACCUMULATION ?= 1
 
-.PHONY: venv test test-full docs demo demo-dist squad-v11 squad-v2-full bench nli export serve serve-stop serve-load clean
+.PHONY: quickstart-check venv test test-full docs demo demo-dist squad-v11 squad-v2-full bench nli export serve serve-stop serve-load clean
 
 venv: $(VENV)/.installed $(FUSED_LIB)
 
@@ -45,6 +45,20 @@ $(VENV)/.installed: setup.py constraints.txt
 
 $(FUSED_LIB): $(FUSED_SRC) $(VENV)/.installed
 	$(PY) -m gluon_attention fused-build --force --optional
+
+# The README quickstart in a virtual environment of its own that holds only MXNet, NumPy and the
+# package (no extras, not editable), run outside the checkout: what a user who only wants the
+# attention blocks installs.
+MIN_VENV ?= .venv-min
+
+quickstart-check:
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet $(MXNET_PKG)
+	$(MIN_VENV)/bin/python -m pip install --quiet .
+	cd $$(mktemp -d) && $(abspath $(MIN_VENV))/bin/python -c 'import sys; \
+	    text = open("$(abspath README.md)", encoding="utf-8").read(); \
+	    code = text.split("## Quickstart", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]; \
+	    exec(compile(code, "README.md quickstart", "exec"))'
 
 test: venv
 	$(PY) -m pytest -q tests

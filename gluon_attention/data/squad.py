@@ -17,8 +17,9 @@ from .squad_decode import (best_span, decode_predictions, independent_top_spans,
 from .squad_features import (SquadFeature, batchify, convert_examples_to_features,
                              default_model_dir, length_sorted_batches, load_tokenizer,
                              tokenizer_files)
-from .squad_metric import (SWEEP_RULES, exact_match, f1_score, gold_answers, normalize_answer,
-                           squad_evaluate, sweep_null_threshold)
+from .squad_metric import (SWEEP_RULES, degenerate_null_odds, exact_match, f1_score,
+                           gold_answers, normalize_answer, squad_evaluate, squad_v11_evaluate,
+                           sweep_null_threshold)
 
 __all__ = ['SQUAD_URL', 'SQUAD_FILES', 'default_data_path', 'SquadExample', 'read_squad',
            'default_model_dir', 'load_tokenizer', 'tokenizer_files', 'SquadFeature',
@@ -26,7 +27,9 @@ __all__ = ['SQUAD_URL', 'SQUAD_FILES', 'default_data_path', 'SquadExample', 'rea
            'length_sorted_batches',
            'normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
            'sweep_null_threshold',
-           'squad_evaluate', 'best_span', 'span_candidates', 'independent_top_spans',
+           'squad_evaluate', 'squad_v11_evaluate', 'degenerate_null_odds', 'best_span',
+           'span_candidates',
+           'independent_top_spans',
            'decode_predictions']
 
 #: Where the official SQuAD data sets are published.

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import logging
+import unicodedata
 from pathlib import Path
 
 import numpy as onp
@@ -116,6 +117,35 @@ class SquadFeature:
     def context_range(self):
         """``(first, last + 1)`` feature positions of this chunk's context tokens."""
         return self.context_offset, self.context_offset + self.chunk_length
+
+
+def carry_combining_marks(context, offsets):
+    """Token offsets extended over the combining marks that follow them.
+
+    A lowercasing WordPiece normaliser strips accents, so a token of ``'Cafe\u0301'`` ends
+    before the combining acute and the mark belongs to no token: a span decoded from the offsets
+    would lose it, and a gold answer ending in it would not match its tokens. Each token's end
+    is moved over the characters of Unicode category M (marks) that follow it, up to the next
+    token's start.
+
+    Parameters
+    ----------
+    context : str
+    offsets : list of (int, int)
+        Character span ``[start, end)`` of each token of ``context``, in order.
+
+    Returns
+    -------
+    list of (int, int)
+        The same starts; ends moved past trailing marks (never past the next token's start).
+    """
+    carried = []
+    for i, (start, end) in enumerate(offsets):
+        limit = offsets[i + 1][0] if i + 1 < len(offsets) else len(context)
+        while end < limit and unicodedata.category(context[end])[0] == 'M':
+            end += 1
+        carried.append((start, end))
+    return carried
 
 
 def _token_span(offsets, char_start, char_end):
@@ -232,7 +262,10 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
         another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
-        'plausible' (impossible questions given a plausible span).
+        'plausible' (impossible questions given a plausible span), 'lost_to_chunking'
+        (answerable examples, not skipped, whose gold span straddles chunks so that no chunk
+        holds it whole: every chunk of the question is then labelled impossible; a stride too
+        large for the answers shows here).
     plausible_spans : bool
         When True, an impossible question's chunks that hold the span of its first plausible
         answer (matched like a gold span) carry that span as start/end positions, still marked
@@ -255,10 +288,11 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     if None in special_ids:
         fail('expected a tokenizer with [CLS] and [SEP] tokens', special_ids=special_ids)
     contexts = list(dict.fromkeys(e.context for e in examples))
-    encoded = {text: (e.ids, e.offsets) for text, e in
+    encoded = {text: (e.ids, carry_combining_marks(text, e.offsets)) for text, e in
                zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False))}
     queries = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
-    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0)
+    counts = dict(answerable=0, recovered=0, mismatch=0, skipped=0, plausible=0,
+                  lost_to_chunking=0)
     features = []
     for index, (example, query) in enumerate(zip(examples, queries)):
         if not is_training and is_blank_input(example.question, example.context):
@@ -276,12 +310,19 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
             span, how = _gold_span(offsets, example.context, *example.plausible_answers[0])
             span = None if how == 'mismatch' else span
             counts['plausible'] += span is not None
-        features += _example_features(index, example, query.ids[:max_query_length], context_ids,
-                                      offsets, span, special_ids, (max_seq_length, doc_stride))
+        chunks = _example_features(index, example, query.ids[:max_query_length], context_ids,
+                                   offsets, span, special_ids, (max_seq_length, doc_stride))
+        if example.answers and span is not None:
+            counts['lost_to_chunking'] += all(f.is_impossible for f in chunks)
+        features += chunks
     counts.pop('exact', None)
     if counts['mismatch']:
         _LOG.warning('%d of %d gold spans do not match their tokens', counts['mismatch'],
                      counts['answerable'])
+    if counts['lost_to_chunking']:
+        _LOG.warning('%d of %d gold answers straddle chunks and no chunk holds one whole '
+                     '(doc_stride=%d)', counts['lost_to_chunking'], counts['answerable'],
+                     doc_stride)
     if stats is not None:
         stats.update(counts)
     return features

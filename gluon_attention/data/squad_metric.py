@@ -1,7 +1,8 @@
-"""The SQuAD 2.0 metric (Rajpurkar et al. 2018) with the official evaluation script's definitions.
+"""The SQuAD 1.1 and 2.0 metrics (Rajpurkar et al. 2016, 2018) with the official definitions.
 
-Written for this library; the definitions are those of the official v2.0 script, so scores computed
-here equal the official ones on the same predictions and no-answer probabilities:
+Written for this library from the published definitions of the official evaluation scripts, so
+scores computed here equal the official ones on the same predictions and no-answer probabilities.
+SQuAD 2.0 (:func:`squad_evaluate`):
 
 - an answer is normalised by lowercasing, removing punctuation, removing the articles a/an/the and
   collapsing whitespace;
@@ -9,15 +10,23 @@ here equal the official ones on the same predictions and no-answer probabilities
   gold answer '' (F1 is then 1 for an empty prediction and 0 otherwise);
 - every reported value is a percentage; ``best_*`` sweeps the no-answer threshold over the sorted
   no-answer probabilities (:func:`sweep_null_threshold` with the official rule).
+
+SQuAD 1.1 (:func:`squad_v11_evaluate`) differs in two edge rules: token F1 is 0 whenever no
+token is shared, so a gold answer and a prediction that both normalise to nothing score EM 1 but
+F1 0; and every gold answer counts, those that normalise to nothing included.
 """
 import collections
 import re
 import string
 
-from .._checks import fail
+from .._checks import check_choice, fail
 
 __all__ = ['normalize_answer', 'exact_match', 'f1_score', 'gold_answers', 'SWEEP_RULES',
-           'sweep_null_threshold', 'squad_evaluate']
+           'sweep_null_threshold', 'squad_evaluate', 'METRIC_VERSIONS', 'squad_v11_evaluate',
+           'degenerate_null_odds']
+
+#: The metric definitions :func:`f1_score` and :func:`gold_answers` follow.
+METRIC_VERSIONS = ('1.1', '2.0')
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r'\b(a|an|the)\b')
@@ -38,14 +47,26 @@ def exact_match(gold, prediction):
     return int(normalize_answer(gold) == normalize_answer(prediction))
 
 
-def f1_score(gold, prediction):
+def f1_score(gold, prediction, version='2.0'):
     """Token F1 (float in [0, 1]) between the normalised answers, counting repeated tokens.
 
-    When either side has no tokens, F1 is 1 if both are empty and 0 otherwise.
+    Parameters
+    ----------
+    gold, prediction : str
+    version : {'2.0', '1.1'}
+        Which official definition decides when a side has no tokens: under '2.0' F1 is 1 if
+        both are empty and 0 otherwise; under '1.1' F1 is 0 whenever no token is shared (both
+        empty included).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``version``.
     """
+    check_choice('version', version, METRIC_VERSIONS)
     gold_tokens = normalize_answer(gold).split()
     pred_tokens = normalize_answer(prediction).split()
-    if not gold_tokens or not pred_tokens:
+    if version == '2.0' and (not gold_tokens or not pred_tokens):
         return float(gold_tokens == pred_tokens)
     same = sum((collections.Counter(gold_tokens) & collections.Counter(pred_tokens)).values())
     if same == 0:
@@ -54,8 +75,16 @@ def f1_score(gold, prediction):
     return 2 * precision * recall / (precision + recall)
 
 
-def gold_answers(example):
-    """Gold texts of an example whose normalisation is non-empty, or [''] when there are none."""
+def gold_answers(example, version='2.0'):
+    """The gold texts an example is scored against.
+
+    Under '2.0' (the default), those whose normalisation is non-empty, or [''] when there are
+    none; under '1.1', every gold text as written (an example without answers has none).
+    ValueError for an unknown ``version``.
+    """
+    check_choice('version', version, METRIC_VERSIONS)
+    if version == '1.1':
+        return [text for text, _ in example.answers]
     texts = [text for text, _ in example.answers if normalize_answer(text)]
     return texts or ['']
 
@@ -130,8 +159,78 @@ def _percentages(exact, f1, qids, prefix=''):
             prefix + 'total': total}
 
 
+def degenerate_null_odds(values):
+    """Why no-answer scores cannot be swept, or None when they can.
+
+    Parameters
+    ----------
+    values : sequence of float
+        The no-answer scores of the questions scored.
+
+    Returns
+    -------
+    str or None
+        'a NaN no-answer score' when one is NaN; 'constant no-answer scores' when there are two
+        or more and all are equal; None otherwise.
+    """
+    if any(v != v for v in values):
+        return 'a NaN no-answer score'
+    if len(values) > 1 and len(set(values)) == 1:
+        return 'constant no-answer scores'
+    return None
+
+
+def _checked_ids(examples, **tables):
+    """Question ids of ``examples``; ValueError for none, or an id missing from a given table."""
+    if not examples:
+        fail('expected at least one example', num_examples=0)
+    qids = [e.qas_id for e in examples]
+    for name, table in tables.items():
+        missing = [q for q in qids if table is not None and q not in table]
+        if missing:
+            fail('expected {} for every question'.format(name), missing=len(missing),
+                 first_missing=missing[0])
+    return qids
+
+
+def squad_v11_evaluate(examples, predictions):
+    """Official SQuAD 1.1 scores: the v1.1 script's ``exact_match`` and ``f1``.
+
+    Each question scores the maximum over all its gold answers (kept as written, those that
+    normalise to nothing included) of EM and of the v1.1 token F1 (0 when no token is shared).
+
+    Parameters
+    ----------
+    examples : list of SquadExample
+        The gold questions; each must have at least one answer.
+    predictions : dict of str -> str
+        Answer text per question id; extra ids are ignored.
+
+    Returns
+    -------
+    dict
+        ``exact_match`` and ``f1`` (percent, the official v1.1 keys) and ``total``.
+
+    Raises
+    ------
+    ValueError
+        For no examples, a question without a prediction, or a question without answers.
+    """
+    qids = _checked_ids(examples, predictions=predictions)
+    unanswerable = [e.qas_id for e in examples if not e.answers]
+    if unanswerable:
+        fail('expected SQuAD 1.1 questions with at least one gold answer',
+             unanswerable=len(unanswerable), first_unanswerable=unanswerable[0])
+    exact = {e.qas_id: max(exact_match(g, predictions[e.qas_id]) for g in gold_answers(e, '1.1'))
+             for e in examples}
+    f1 = {e.qas_id: max(f1_score(g, predictions[e.qas_id], '1.1') for g in gold_answers(e, '1.1'))
+          for e in examples}
+    result = _percentages(exact, f1, qids)
+    return {'exact_match': result['exact'], 'f1': result['f1'], 'total': result['total']}
+
+
 def squad_evaluate(examples, predictions, na_probs=None, na_prob_thresh=1.0):
-    """Official SQuAD 2.0 scores (also valid on SQuAD 1.1 data).
+    """Official SQuAD 2.0 scores (SQuAD 1.1 questions: :func:`squad_v11_evaluate`).
 
     Parameters
     ----------
@@ -156,16 +255,16 @@ def squad_evaluate(examples, predictions, na_probs=None, na_prob_thresh=1.0):
     ------
     ValueError
         For no examples, or a question without a prediction (or without a no-answer probability
-        when ``na_probs`` is given).
+        when ``na_probs`` is given); for ``na_probs`` that are degenerate on the questions: a
+        NaN, or one value for every question of two or more (constant scores rank no question
+        above another, so the sweep would report a threshold and ``best_*`` as if it had swept
+        real scores; call without ``na_probs`` instead, see :func:`degenerate_null_odds`).
     """
-    if not examples:
-        fail('expected at least one example', num_examples=0)
-    qids = [e.qas_id for e in examples]
-    for name, table in (('predictions', predictions), ('na_probs', na_probs)):
-        missing = [q for q in qids if table is not None and q not in table]
-        if missing:
-            fail('expected {} for every question'.format(name), missing=len(missing),
-                 first_missing=missing[0])
+    qids = _checked_ids(examples, predictions=predictions, na_probs=na_probs)
+    reason = degenerate_null_odds([na_probs[q] for q in qids]) if na_probs is not None else None
+    if reason:
+        fail('expected no-answer scores that can be swept ({})'.format(reason),
+             num_questions=len(qids), first_value=na_probs[qids[0]])
     has_answer = {e.qas_id: bool(e.answers) for e in examples}
     exact = {e.qas_id: max(exact_match(g, predictions[e.qas_id]) for g in gold_answers(e))
              for e in examples}

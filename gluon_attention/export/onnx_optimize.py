@@ -11,13 +11,15 @@ output channel). :func:`optimize_and_quantize` runs one, then the other (the INT
 ``run_squad.py quantize``). They need onnxruntime and sympy (the ``[onnx]`` extra).
 """
 import collections
+import difflib
 import os
 
 from .. import _checks
 from ..files import atomic_path
 from .onnx_fusable import unshare_initializers
 
-__all__ = ['FUSED_OPS', 'fusion_counts', 'optimize_onnx', 'quantize_onnx', 'optimize_and_quantize']
+__all__ = ['FUSED_OPS', 'fusion_counts', 'optimize_onnx', 'quantize_onnx', 'check_node_names',
+           'optimize_and_quantize']
 
 # The fused operators counted by :func:`fusion_counts` (com.microsoft domain).
 FUSED_OPS = ('Attention', 'MultiHeadAttention', 'SkipLayerNormalization', 'BiasGelu', 'Gelu',
@@ -78,17 +80,28 @@ def optimize_onnx(onnx_path, out_path, num_heads, hidden_size):
     return fusion_counts(model.model)
 
 
-def quantize_onnx(onnx_path, out_path, per_channel=True, exclude=()):
+def quantize_onnx(onnx_path, out_path, per_channel=True, exclude=(), reduce_range=False):
     """INT8 weights for the ``MatMul`` and ``Attention`` nodes of ``onnx_path``, written to
     ``out_path`` (ONNX Runtime's ``quantize_dynamic``: signed INT8 weights, per output channel
-    when ``per_channel``, else per tensor; activations quantized at run time). Nodes whose
-    name starts with one of the strings ``exclude`` stay float32. Returns
-    :func:`fusion_counts` of the written model."""
+    when ``per_channel``, else per tensor, 7-bit with ``reduce_range``; activations quantized at
+    run time). The nodes named in ``exclude`` (exact node names) stay float32.
+
+    Returns
+    -------
+    dict
+        :func:`fusion_counts` of the written model.
+
+    Raises
+    ------
+    ValueError
+        A name of ``exclude`` that is no node of ``onnx_path`` (the message lists the nearest
+        node names), or an excluded node that the quantizer changed anyway.
+    """
     import onnx  # pylint: disable=import-outside-toplevel
     from onnxruntime.quantization import (  # pylint: disable=import-outside-toplevel
         QuantType, quantize_dynamic)
-    kept = [node.name for node in onnx.load(os.fspath(onnx_path)).graph.node
-            if exclude and node.name.startswith(tuple(exclude))]
+    source = onnx.load(os.fspath(onnx_path)).graph.node
+    kept = check_node_names(exclude, [node.name for node in source])
     import logging  # pylint: disable=import-outside-toplevel
     root = logging.getLogger()
     # it warns on the root logger for each fused output it cannot type (DefaultTensorType
@@ -97,23 +110,51 @@ def quantize_onnx(onnx_path, out_path, per_channel=True, exclude=()):
     try:
         with atomic_path(out_path) as tmp:
             quantize_dynamic(os.fspath(onnx_path), tmp, per_channel=bool(per_channel),
+                             reduce_range=bool(reduce_range),
                              weight_type=QuantType.QInt8, nodes_to_exclude=kept,
                              op_types_to_quantize=['MatMul', 'Attention'],
                              # the fused com.microsoft outputs have no inferred type: float32
                              extra_options={'DefaultTensorType': 1})
     finally:
         root.level = level
+    written = {(n.name, n.op_type) for n in onnx.load(os.fspath(out_path)).graph.node}
+    wanted = {(n.name, n.op_type) for n in source if n.name in set(kept)}
+    if wanted - written:
+        _checks.fail('expected every excluded node to stay float32 in the INT8 model',
+                     excluded=len(wanted), quantized_anyway=sorted(n for n, _ in wanted - written))
     return fusion_counts(out_path)
 
 
+def check_node_names(names, known):
+    """``names`` (exact node names) as a list, each checked to be in ``known``; ValueError
+    naming the first unknown one and its nearest known names (difflib)."""
+    names, known_set = list(names), set(known)
+    for name in names:
+        if name not in known_set:
+            near = difflib.get_close_matches(name, sorted(known_set), n=5, cutoff=0.5)
+            _checks.fail('expected exact node names of the model to keep in float32 (nearest: '
+                         '{})'.format(', '.join(near) or 'none'), exclude=name)
+    return names
+
+
 def optimize_and_quantize(onnx_path, prefix, num_heads, hidden_size, per_channel=True,
-                          exclude=()):
+                          exclude=(), reduce_range=False):
     """:func:`optimize_onnx` of the fusable float32 file ``onnx_path`` into
     ``<prefix>-optimized.onnx``, then :func:`quantize_onnx` of that into ``<prefix>-int8.onnx``
-    (``per_channel``, ``exclude`` as there). Returns ``onnx``, ``optimized``, ``int8`` (the
-    paths), ``per_channel``, ``optimized_counts`` and ``int8_counts`` (:func:`fusion_counts`)."""
+    (``per_channel``, ``exclude``, ``reduce_range`` as there; ``exclude`` may be a callable
+    that takes the fused ``ModelProto`` and returns the node names). Returns ``onnx``,
+    ``optimized``, ``int8`` (the paths), ``per_channel``, ``reduce_range``, ``excluded`` (the
+    names), ``excluded_attention`` (how many of them are fused ``Attention`` nodes),
+    ``optimized_counts`` and ``int8_counts`` (:func:`fusion_counts`)."""
+    import onnx  # pylint: disable=import-outside-toplevel
     optimized, int8 = prefix + '-optimized.onnx', prefix + '-int8.onnx'
     fused = optimize_onnx(onnx_path, optimized, num_heads, hidden_size)
-    counts = quantize_onnx(optimized, int8, per_channel, exclude=exclude)
+    graph = onnx.load(optimized)
+    names = list(exclude(graph) if callable(exclude) else exclude)
+    counts = quantize_onnx(optimized, int8, per_channel, exclude=names, reduce_range=reduce_range)
+    attention = sum(1 for node in graph.graph.node
+                    if node.op_type == 'Attention' and node.name in set(names))
     return {'onnx': onnx_path, 'optimized': optimized, 'int8': int8,
-            'per_channel': bool(per_channel), 'optimized_counts': fused, 'int8_counts': counts}
+            'per_channel': bool(per_channel), 'reduce_range': bool(reduce_range),
+            'excluded': names, 'excluded_attention': attention, 'optimized_counts': fused,
+            'int8_counts': counts}

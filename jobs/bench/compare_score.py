@@ -14,7 +14,7 @@ Decoding, the same n-best size and longest answer on both sides (the null answer
 Both keep spans inside the chunk's context with ``start <= end < start + max_answer_length``; a
 question's answer is its best-scoring span over its chunks. EM and F1 are the official v1.1
 definitions, the maximum over every reference answer
-(:func:`~gluon_attention.data.squad.squad_evaluate`).
+(:func:`~gluon_attention.data.squad.squad_v11_evaluate`).
 """
 import collections
 import json
@@ -71,9 +71,10 @@ def decode_run(side, outputs, examples, features, n_best_size=20, max_answer_len
 
 
 def score_predictions(examples, predictions):
-    """``{'exact', 'f1', 'total'}``: the official SQuAD v1.1 EM and F1 (percent)."""
-    metrics = squad.squad_evaluate(examples, predictions)
-    return {key: metrics[key] for key in ('exact', 'f1', 'total')}
+    """``{'exact', 'f1', 'total'}``: the official SQuAD v1.1 EM (the script's ``exact_match``)
+    and F1 (percent)."""
+    metrics = squad.squad_v11_evaluate(examples, predictions)
+    return {'exact': metrics['exact_match'], 'f1': metrics['f1'], 'total': metrics['total']}
 
 
 def _same_batches(runs):

@@ -36,11 +36,17 @@ from .archive import build_archive, default_graph, export_graph, graph_exists
 from .protocol import Limits, http_request
 
 __all__ = ['JAVA_PACKAGE', 'SERVE_EXTRA', 'ServeSetupError', 'instance_paths', 'check_runtime',
-           'running_pid', 'worker_pids', 'kill_workers', 'start', 'stop', 'http_request']
+           'running_pid', 'worker_pids', 'model_pids', 'kill_workers', 'start', 'stop',
+           'http_request', 'MAX_REQUEST_BYTES', 'MAX_RESPONSE_BYTES']
 
 JAVA_PACKAGE = 'openjdk-17-jre-headless'
 SERVE_EXTRA = "pip install 'gluon_attention[serve]'"
 HOST = '127.0.0.1'
+#: The frontend's payload limits (bytes): a request body over the first gets the frontend's
+#: own 413; a response over the second is not sent. Written into config.properties (their
+#: Multi Model Server 1.1.11 defaults, 6,553,500 each, set explicitly).
+MAX_REQUEST_BYTES = 6553500
+MAX_RESPONSE_BYTES = 6553500
 PING_QUESTION = {'question': 'What is served?', 'context': 'A question answering model is served.'}
 
 
@@ -106,6 +112,14 @@ def worker_pids(instance_dir):
     return [child.pid for child in process.children(recursive=True)] if process else []
 
 
+def model_pids(instance_dir):
+    """Pids of the model processes: those under the frontend's listening workers (each forks
+    one per connection from the frontend), the processes that hold the model and answer."""
+    process = _frontend(instance_paths(instance_dir))
+    return [grandchild.pid for child in (process.children() if process else [])
+            for grandchild in child.children(recursive=True)]
+
+
 def kill_workers(instance_dir):
     """SIGKILL the processes that hold the model and answer requests; returns their pids.
 
@@ -114,9 +128,7 @@ def kill_workers(instance_dir):
     forks a new one that loads the model again. (Multi Model Server 1.1.11 does not start a new
     listener when the listener itself dies: it retries the connection with a growing delay.)
     """
-    process = _frontend(instance_paths(instance_dir))
-    pids = [grandchild.pid for child in (process.children() if process else [])
-            for grandchild in child.children(recursive=True)]
+    pids = model_pids(instance_dir)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -188,12 +200,21 @@ def _check_port_free(port, name):
 
 
 def _properties(config, paths):
-    """config.properties: 127.0.0.1 only, request bodies left undecoded for the handler."""
+    """config.properties: 127.0.0.1 only, request bodies left undecoded for the handler, the
+    response timeout in seconds, both payload limits.
+
+    Multi Model Server 1.1.11 reads ``default_response_timeout`` (and the register call's
+    ``response_timeout``) in minutes, multiplying them by 60; ``default_response_timeout_seconds``
+    is used as given when set. Only the seconds setting is written, and the register call names
+    no timeout, so the model gets ``response_timeout`` seconds.
+    """
     values = {'inference_address': 'http://{}:{}'.format(HOST, config.port),
               'management_address': 'http://{}:{}'.format(HOST, config.management_port),
               'model_store': paths['store'], 'default_workers_per_model': config.workers,
-              'decode_input_request': 'false', 'default_response_timeout': config.response_timeout,
+              'decode_input_request': 'false',
+              'default_response_timeout_seconds': config.response_timeout,
               'unregister_model_timeout': config.response_timeout, 'preload_model': 'false',
+              'max_request_size': MAX_REQUEST_BYTES, 'max_response_size': MAX_RESPONSE_BYTES,
               'async_logging': 'true'}
     if config.jvm_args.strip():
         values['vmargs'] = config.jvm_args.strip()
@@ -260,8 +281,7 @@ def _register(config, paths, deadline):
     query = urllib.parse.urlencode({
         'url': config.model_name + '.mar', 'model_name': config.model_name,
         'batch_size': config.batch_size, 'max_batch_delay': config.max_batch_delay,
-        'initial_workers': config.workers, 'synchronous': 'true',
-        'response_timeout': config.response_timeout})
+        'initial_workers': config.workers, 'synchronous': 'true'})   # timeout: the default
     status, text = http_request('POST', 'http://{}:{}/models?{}'.format(
         HOST, config.management_port, query), timeout=max(deadline - time.time(), 1),
         content_type=None)

@@ -5,7 +5,6 @@ questions are those of ``--train-file`` and ``--extra-train-file`` minus the eva
 (``--exclude-titles``) and the articles held out to choose the null threshold
 (``--threshold-titles``), each question once.
 """
-import hashlib
 import json
 import os
 import sys
@@ -14,6 +13,8 @@ import numpy as onp
 
 from gluon_attention.checks import fail
 from gluon_attention.data import squad
+from gluon_attention.data.squad_overlap import (find_overlap, normalize_title, overlap_between,
+                                                 paragraph_key)
 from gluon_attention.pipelines.features import (  # noqa: F401  (part of this module's API)
     INPUT_DTYPES, INPUT_NAMES, eval_features, eval_stride)
 from gluon_attention.resources import default_model_dir, missing_file
@@ -131,13 +132,16 @@ def training_examples(config):
     read = squad.read_squad(data_path(config.train_file, config.data_dir))
     for name in extra_train_files(config):
         read += squad.read_squad(data_path(name, config.data_dir))
-    absent = set(titles(config.exclude_titles)) - {e.title for e in read}
+    present = {normalize_title(e.title) for e in read}
+    absent = [t for t in titles(config.exclude_titles) if normalize_title(t) not in present]
     if absent:
         fail('--exclude-titles: expected every requested title in the training files '
              '(--train-file, --extra-train-file)', missing=sorted(absent))
-    # the held-out articles are left out of both files too, for the threshold
-    exclude = set(titles(config.exclude_titles) + titles(config.threshold_titles))
-    examples = [e for e in read if e.title not in exclude]
+    # the held-out articles are left out of both files too, for the threshold; titles compared
+    # normalised (case, whitespace, NFC), so another spelling of an article is left out too
+    exclude = {normalize_title(t)
+               for t in titles(config.exclude_titles) + titles(config.threshold_titles)}
+    examples = [e for e in read if normalize_title(e.title) not in exclude]
     if not config.version_2_with_negative:
         examples = [e for e in examples if not e.is_impossible]
     unique = {}
@@ -163,8 +167,9 @@ def load_training_features(config, tokenizer, examples=None):
         for feature in features:
             if examples[feature.example_index].title not in mixed:
                 feature.answerable_loss_weight = 0.0
-    print('train: {} questions -> {} features kept ({} gold-span mismatches skipped)'.format(
-        len(examples), len(features), stats.get('skipped', 0)))
+    print('train: {} questions -> {} features kept ({} gold-span mismatches skipped, {} '
+          'answers lost to chunking)'.format(len(examples), len(features),
+                                             stats.get('skipped', 0), stats['lost_to_chunking']))
     return features, examples
 
 
@@ -177,8 +182,11 @@ def heldout_examples(config):
     return squad.read_squad(data_path(config.train_file, config.data_dir), titles=names)
 
 
-def check_no_shared_data(train_examples, eval_examples, trained_titles=()):
-    """Refuse training and evaluation sets that share an article title or a paragraph.
+def check_no_shared_data(train_examples, eval_examples, trained_titles=(), heldout_examples=()):
+    """Refuse training and evaluation (or threshold) sets that share an article or a paragraph.
+
+    Titles are compared normalised and paragraphs whatever their title
+    (:mod:`gluon_attention.data.squad_overlap`).
 
     Parameters
     ----------
@@ -187,6 +195,9 @@ def check_no_shared_data(train_examples, eval_examples, trained_titles=()):
         training nor evaluation) and the evaluation questions.
     trained_titles : iterable of str
         Titles the model was trained on before (recorded by the folder it starts from).
+    heldout_examples : list of SquadExample
+        The questions of the articles held out to choose the null threshold: the training
+        questions must share no article and no paragraph with them either.
 
     Returns
     -------
@@ -197,17 +208,21 @@ def check_no_shared_data(train_examples, eval_examples, trained_titles=()):
     Raises
     ------
     ValueError
-        One line naming the shared titles and the number of shared paragraphs (context texts,
-        matched as :func:`paragraph_keys` records them for ``evaluate``: whitespace runs made one
-        space).
+        One line naming the shared titles, the number of shared paragraphs, the training titles
+        to fix (leave out) and their first question ids; or, for the titles of the starting
+        folder, the evaluation titles and question ids.
     """
-    eval_titles = {e.title for e in eval_examples}
-    titles = sorted(({e.title for e in train_examples} | set(trained_titles)) & eval_titles)
-    paragraphs = set(paragraph_keys(train_examples)) & set(paragraph_keys(eval_examples))
-    if titles or paragraphs:
-        fail('training and evaluation must share no article and no paragraph (leave the '
-             'evaluation articles out of training with --exclude-titles, or evaluate on other '
-             'articles)', shared_titles=titles, shared_paragraphs=len(paragraphs))
+    for other, what in ((eval_examples, 'evaluation'), (heldout_examples, 'the threshold '
+                                                                          'articles')):
+        overlap = overlap_between(train_examples, other)
+        if overlap:
+            fail('training and {} must share no article and no paragraph (leave the listed '
+                 'articles out of training with --exclude-titles, or use other articles)'
+                 .format(what), **overlap.received())
+    inherited = find_overlap(eval_examples, trained_titles)
+    if inherited:
+        fail('evaluation must hold no article the starting model folder was trained on (the '
+             'trained_titles of its qa_config.json)', **inherited.received())
     return {'train_eval_shared_titles': 0, 'train_eval_shared_paragraphs': 0}
 
 
@@ -215,62 +230,47 @@ def note_evaluated_threshold_articles(heldout_examples, eval_examples):
     """Say (stderr) when articles held out to choose the null threshold are also evaluated: the
     saved threshold is then chosen on evaluation questions (not refused: they are not training
     data)."""
-    shared = sorted({e.title for e in heldout_examples} & {e.title for e in eval_examples})
+    evaluated = {normalize_title(e.title) for e in eval_examples}
+    shared = sorted({e.title for e in heldout_examples if normalize_title(e.title) in evaluated})
     if shared:
         print('note: the threshold articles {} are also evaluated: the null threshold is chosen '
               'on evaluation questions'.format(', '.join(shared)), file=sys.stderr)
 
 
 def paragraph_keys(examples):
-    """The paragraphs (context texts) of ``examples`` as a compact record: the first 16 hex
-    digits of the sha1 of each context with its whitespace runs made one space, distinct,
-    sorted (``trained_paragraphs`` of ``qa_config.json``)."""
-    return sorted({_paragraph_key(context) for context in {e.context for e in examples}})
-
-
-def _paragraph_key(context):
-    return hashlib.sha1(' '.join(context.split()).encode('utf-8')).hexdigest()[:16]
+    """The paragraphs (context texts) of ``examples`` as a compact record: the
+    :func:`~gluon_attention.data.squad_overlap.paragraph_key` of each context, distinct, sorted
+    (``trained_paragraphs`` of ``qa_config.json``)."""
+    return sorted({paragraph_key(context) for context in {e.context for e in examples}})
 
 
 def check_not_trained_on(qa_config, eval_examples, eval_file):
     """Refuse to evaluate a model folder on the articles or paragraphs it was trained on.
 
-    ``qa_config``: the folder's ``qa_config.json``. Its ``trained_titles`` are refused by title,
-    its ``trained_paragraphs`` (:func:`paragraph_keys`) by context text, whatever the title. A
-    folder written before a record is checked on what it records, and a note (stderr) says what
-    is not checked. Returns the overlap checked for ``metrics.json``
+    ``qa_config``: the folder's ``qa_config.json``. Its ``trained_titles`` are refused by
+    normalised title, its ``trained_paragraphs`` (:func:`paragraph_keys`) by context text,
+    whatever the title. A folder written before a record is checked on what it records, and a
+    note (stderr) says what is not checked. Returns the overlap checked for ``metrics.json``
     (``train_eval_shared_titles``, ``train_eval_shared_paragraphs``: 0 where checked);
-    ValueError naming the shared titles, or the number of shared paragraphs and one of their
-    titles.
+    ValueError naming the shared titles, the number of shared paragraphs, the evaluation titles
+    holding them and their first question ids.
     """
     trained_titles = qa_config.get('trained_titles')
     trained_paragraphs = qa_config.get('trained_paragraphs')
-    overlap = {}
-    if trained_titles is not None:
-        shared = sorted(set(trained_titles) & {e.title for e in eval_examples})
-        if shared:
-            fail('--eval-file must hold no article the model was trained on (the trained_titles '
-                 'of its qa_config.json)', eval_file=eval_file, shared_titles=shared)
-        overlap['train_eval_shared_titles'] = 0
+    overlap = find_overlap(eval_examples, trained_titles or (), trained_paragraphs or ())
+    if overlap:
+        fail('--eval-file must hold no article and no paragraph the model was trained on (the '
+             'trained_titles and trained_paragraphs of its qa_config.json; a paragraph whatever '
+             'its title)', eval_file=eval_file, **overlap.received())
     if trained_paragraphs is None:
         print('note: the model folder records no trained paragraphs (written before they were '
               'recorded): {}'.format('only article titles are checked against its training data'
                                      if trained_titles is not None else
                                      'nothing is checked against its training data'),
               file=sys.stderr)
-        return overlap
-    trained, shared = set(trained_paragraphs), {}
-    for example in eval_examples:
-        if example.context not in shared:
-            shared[example.context] = (example.title
-                                       if _paragraph_key(example.context) in trained else None)
-    titles = [title for title in shared.values() if title is not None]
-    if titles:
-        fail('--eval-file must hold no paragraph the model was trained on (the trained_paragraphs '
-             'of its qa_config.json), whatever its title', eval_file=eval_file,
-             shared_paragraphs=len(titles), example_title=titles[0])
-    overlap['train_eval_shared_paragraphs'] = 0
-    return overlap
+    checked = {'train_eval_shared_titles': trained_titles, 'train_eval_shared_paragraphs':
+               trained_paragraphs}
+    return {key: 0 for key, record in checked.items() if record is not None}
 
 
 def load_eval_examples(config):

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 
 import mxnet as mx
 import numpy as onp
@@ -83,7 +84,7 @@ def eval_progress(enabled):
 
 def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
              version_2_with_negative):
-    """Decode spans and score them with the official SQuAD 2.0 definitions.
+    """Decode spans and score them with the official SQuAD 2.0 or 1.1 definitions.
 
     Parameters
     ----------
@@ -103,17 +104,27 @@ def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
         ``metrics``, ``final_predictions``, ``null_odds``, ``nbest``. With
         ``version_2_with_negative`` the metrics are the official SQuAD 2.0 keys,
         ``full_range_best_*`` and ``always_answer_HasAns_*`` (from the non-null spans) and
-        ``null_odds_auc``; without, the SQuAD 1.1 keys ``exact``, ``f1``, ``total``.
+        ``null_odds_auc`` (no ``best_*`` keys, and a warning on stderr, when the null odds are
+        constant or NaN: :func:`~gluon_attention.data.squad.degenerate_null_odds`); without,
+        the official SQuAD 1.1 scores
+        (:func:`~gluon_attention.data.squad.squad_v11_evaluate`) under the keys ``exact`` (the
+        v1.1 script's ``exact_match``), ``f1`` and ``total``.
     """
     examples = eval_set.examples
     predictions, final, null_odds, nbest = squad.decode_predictions(
         examples, eval_set.features, outputs, n_best_size, max_answer_length, threshold.value)
     results = {'final_predictions': final, 'null_odds': null_odds, 'nbest': nbest}
     if not version_2_with_negative:
-        metrics = squad.squad_evaluate(examples, final)
-        return dict(results, metrics={k: metrics[k] for k in ('exact', 'f1', 'total')})
-    metrics = squad.squad_evaluate(examples, final, na_probs=null_odds)
-    always = squad.squad_evaluate(examples, predictions, na_probs=null_odds)
+        metrics = squad.squad_v11_evaluate(examples, final)
+        return dict(results, metrics={'exact': metrics['exact_match'], 'f1': metrics['f1'],
+                                      'total': metrics['total']})
+    reason = squad.degenerate_null_odds([null_odds[e.qas_id] for e in examples])
+    if reason:
+        print('warning: {}: no null threshold sweep, so metrics.json has no best_* keys'
+              .format(reason), file=sys.stderr)
+    swept = None if reason else null_odds
+    metrics = squad.squad_evaluate(examples, final, na_probs=swept)
+    always = squad.squad_evaluate(examples, predictions, na_probs=swept)
     for key in ('best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'):
         metrics['full_range_' + key] = always.get(key)
     for key in ('HasAns_exact', 'HasAns_f1'):

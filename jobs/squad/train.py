@@ -84,9 +84,9 @@ def prepare_train(config):
     check_resumable(config)
     train_examples, eval_examples = training_examples(config), load_eval_examples(config)
     inherited = recorded_training(folder)
-    overlap = check_no_shared_data(train_examples, eval_examples,
-                                   inherited['trained_titles'] or [])
     heldout = heldout_examples(config) if config.version_2_with_negative else []
+    overlap = check_no_shared_data(train_examples, eval_examples,
+                                   inherited['trained_titles'] or [], heldout)
     note_evaluated_threshold_articles(heldout, eval_examples)
     tokenizer = squad.load_tokenizer(folder)
     features, train_examples = load_training_features(config, tokenizer, train_examples)

@@ -335,7 +335,8 @@ def test_training_mode_skips_mismatched_spans(tokenizer):
     bad = SquadExample('bad', 'T', 'q', 'abc def', [('zzz', 2)], False)  # built by hand
     stats = {}
     assert convert_examples_to_features([bad], tokenizer, stats=stats) == []
-    assert stats == dict(answerable=1, recovered=0, mismatch=1, skipped=1, plausible=0)
+    assert stats == dict(answerable=1, recovered=0, mismatch=1, skipped=1, plausible=0,
+                         lost_to_chunking=0)
     [feature] = convert_examples_to_features([bad], tokenizer, is_training=False)
     assert feature.qas_id == 'bad'
 

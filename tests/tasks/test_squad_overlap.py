@@ -47,8 +47,12 @@ def _refused(args, capsys):
 def test_train_refuses_a_shared_title_or_paragraph_before_any_work(files, tmp_path, capsys):
     normans = _articles('haystack-small', {'Normans'})
     renamed = [dict(normans[0], title='Not_the_Normans')]
-    cases = ((normans, "shared_titles=['Normans'], shared_paragraphs=1"),
-             (renamed, 'shared_titles=[], shared_paragraphs=1'))
+    ids = [qa['id'] for qa in normans[0]['paragraphs'][0]['qas']]
+    listed = 'question_ids={}, num_questions={}'.format(ids[:10], len(ids))
+    cases = ((normans, "shared_titles=['Normans'], shared_paragraphs=1, "
+                       "titles_to_fix=['Normans'], " + listed),
+             (renamed, "shared_titles=[], shared_paragraphs=1, "
+                       "titles_to_fix=['Not_the_Normans'], " + listed))
     for index, (extra, received) in enumerate(cases):
         extra_file = _squad(tmp_path / 'extra{}.json'.format(index), extra)
         out = tmp_path / 'out{}'.format(index)
@@ -56,8 +60,8 @@ def test_train_refuses_a_shared_title_or_paragraph_before_any_work(files, tmp_pa
         line = _refused(['train', '--output-dir', str(out)] + args, capsys)
         assert line == (
             'run_squad.py: error: training and evaluation must share no article and no '
-            'paragraph (leave the evaluation articles out of training with --exclude-titles, or '
-            'evaluate on other articles). Received: {}'.format(received))
+            'paragraph (leave the listed articles out of training with --exclude-titles, or use '
+            'other articles). Received: {}'.format(received))
         assert not out.exists()
 
 
@@ -93,10 +97,12 @@ def test_the_folder_records_its_titles_and_evaluate_refuses_them(files, tmp_path
         'Normans', 'Steam_engine', 'Packet_switching'}))
     line = _refused(['evaluate', '--model-dir', str(out / 'model'), '--eval-file', trained,
                      '--output-dir', str(tmp_path / 'e'), '--threads', '1'], capsys)
-    assert line == (
-        'run_squad.py: error: --eval-file must hold no article the model was trained on (the '
-        'trained_titles of its qa_config.json). Received: eval_file={!r}, shared_titles={}'
-        .format(trained, titles))
+    expected = ('run_squad.py: error: --eval-file must hold no article and no paragraph the '
+                'model was trained on (the trained_titles and trained_paragraphs of its '
+                'qa_config.json; a paragraph whatever its title). Received: eval_file={!r}, '
+                'shared_titles={}, shared_paragraphs=1, titles_to_fix={}'.format(
+                    trained, titles, ['Steam_engine', 'Packet_switching']))
+    assert line.startswith(expected)
     assert not (tmp_path / 'e').exists()
 
     # a trained paragraph under another title, its spaces changed, is refused too
@@ -107,17 +113,20 @@ def test_the_folder_records_its_titles_and_evaluate_refuses_them(files, tmp_path
                      + [dict(copied, title='Warszawa')])
     line = _refused(['evaluate', '--model-dir', str(out / 'model'), '--eval-file', renamed,
                      '--output-dir', str(tmp_path / 'e'), '--threads', '1'], capsys)
-    assert line == (
-        'run_squad.py: error: --eval-file must hold no paragraph the model was trained on (the '
-        'trained_paragraphs of its qa_config.json), whatever its title. Received: eval_file={!r}, '
-        "shared_paragraphs=2, example_title='Warszawa'".format(renamed))
+    assert line.startswith(
+        'run_squad.py: error: --eval-file must hold no article and no paragraph the model was '
+        'trained on (the trained_titles and trained_paragraphs of its qa_config.json; a '
+        'paragraph whatever its title). Received: eval_file={!r}, shared_titles=[], '
+        "shared_paragraphs=2, titles_to_fix=['Warszawa'], question_ids=".format(renamed))
     assert not (tmp_path / 'e').exists()
 
     # a folder started from this one is refused on Packet_switching too, before any work
+    inherited = _squad(tmp_path / 'inherited.json', _articles('cs224n-16articles', {
+        'Normans', 'Packet_switching'}))
     line = _refused(['train', '--output-dir', str(tmp_path / 'again')]
                     + tiny_args(out / 'model', files['train'])
-                    + ['--eval-file', trained, '--max-eval-examples', '0'], capsys)
-    assert "shared_titles=['Packet_switching', 'Steam_engine']" in line
+                    + ['--eval-file', inherited, '--max-eval-examples', '0'], capsys)
+    assert "shared_titles=['Packet_switching'], shared_paragraphs=0" in line
 
 
 def _sha16(context):
@@ -135,5 +144,5 @@ def test_a_folder_written_before_the_paragraph_record_checks_titles_and_says_so(
     assert 'nothing is checked' in capsys.readouterr().err
     record = {'trained_titles': [],
               'trained_paragraphs': [_sha16(' A paragraph  seen in\ttraining.')]}
-    with pytest.raises(ValueError, match="shared_paragraphs=1, example_title='Warszawa'"):
+    with pytest.raises(ValueError, match="shared_paragraphs=1, titles_to_fix=.'Warszawa'.,"):
         check_not_trained_on(record, examples * 2, 'f')

@@ -1,4 +1,4 @@
-"""The training log of the shared loop (tasks.engine.train_log): the SQuAD job's logged loss
+"""The training log of the shared loop (jobs.engine.train_log): the SQuAD job's logged loss
 against a float64 recomputation from the checkpointed parameters, and what a resumed run keeps
 of the rows of the run it resumes."""
 import json
