@@ -120,3 +120,25 @@ def call(block, model_name, ids, token_types, valid):
         if FAMILY[model_name][0] != 'bert':
             del args[1]
         return block(*args).asnumpy()
+
+
+def finetune_span(net, inputs, seed, steps=3, learning_rate=0.05):
+    """A few SGD steps of 0.10's SQuAD loss (finetune_squad.py: softmax cross-entropy of the
+    gold start plus that of the gold end, over all positions) on ``inputs`` with seeded gold
+    spans inside each valid length, so that a converted span head is trained, not random."""
+    ids, token_types, valid = inputs
+    rng = onp.random.RandomState(seed)
+    starts = onp.array([rng.randint(0, n) for n in valid])
+    ends = onp.array([rng.randint(s, n) for s, n in zip(starts, valid)])
+    with legacy():
+        trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': learning_rate})
+        loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        arrays = [mx.nd.array(x) for x in (ids, token_types, valid)]
+        for _ in range(steps):
+            with mx.autograd.record():
+                logits = net(*arrays)                                    # (B, T, 2)
+                value = loss(logits[:, :, 0], mx.nd.array(starts)) + \
+                    loss(logits[:, :, 1], mx.nd.array(ends))
+            value.backward()
+            trainer.step(len(ids))
+    return net
