@@ -15,11 +15,14 @@ from .. import _checks
 from ..core._ops import get_F
 from ..core.base import CheckedBlock
 from ..core.functional import select_vectors_by_position
-from .heads import SpanHead, head_block
+from .heads import SpanHead
 
-__all__ = ['ModelForQASpan', 'top_spans', 'load_span_model']
+__all__ = ['ModelForQASpan', 'top_spans']
 
-_EXCLUDED = 1e30       # subtracted from the score of a pair that is not a valid span
+# Subtracted from the score of a pair that is not a valid span: far below any span's score
+# (logits of trained heads are tens at most), small enough that float32 keeps the pair's own
+# score, so such pairs rank by it too (never in a tie that two runtimes could break apart).
+_EXCLUDED = 1e4
 
 
 def _gather(F, scores, positions):
@@ -32,7 +35,7 @@ def top_spans(start, end, p_mask, top_k, max_answer_length, version_2=False):
     """The ``top_k`` best spans ``(s, e)`` by ``start[s] + end[e]`` as QAInference's outputs.
 
     A valid pair has ``p_mask`` 1 at both ends, neither at position 0 ([CLS], the null answer),
-    and ``0 <= e - s < max_answer_length``; pairs that are not valid score 1e30 less (they come
+    and ``0 <= e - s < max_answer_length``; pairs that are not valid score 1e4 less (they come
     last, and span decoding, which checks the context range, drops them).
 
     Parameters
@@ -69,13 +72,14 @@ def top_spans(start, end, p_mask, top_k, max_answer_length, version_2=False):
     length = F.np.sum(F.np.ones_like(start), axis=-1, keepdims=True)              # (B, 1) T
     starts = F.np.floor(top_index.astype('float32') / length)
     ends = top_index.astype('float32') - starts * length
-    first = F.npx.slice(top_scores, (None, 0), (None, 1))                         # (B, 1)
-    if version_2:
+    pair = F.np.zeros_like(F.npx.slice(start, (None, 0), (None, 2)))              # (B, 2)
+    second = pair + F.npx.arange_like(pair, axis=-1)                              # (0, 1)
+    if version_2:      # (best span score, start[0] + end[0]), built without a concatenation
+        first = F.npx.slice(top_scores, (None, 0), (None, 1))                     # (B, 1)
         null = F.npx.slice(start, (None, 0), (None, 1)) + F.npx.slice(end, (None, 0), (None, 1))
-        answerable = F.np.concatenate([first, null], axis=-1)
-    else:
-        zeros = first * 0
-        answerable = F.np.concatenate([zeros, zeros - float('inf')], axis=-1)
+        answerable = first * (1 - second) + null * second
+    else:              # (0, -inf): log(1) and log(0)
+        answerable = F.np.log(1 - second)
     return (_gather(F, start, starts), starts, F.np.expand_dims(_gather(F, end, ends), -1),
             F.np.expand_dims(ends, -1), answerable)
 
@@ -135,30 +139,3 @@ class ModelForQASpan(CheckedBlock):
         return top_spans(start, end, p_mask, start_top_n * end_top_n, self.max_answer_length,
                          self.version_2)
 
-
-def load_span_model(folder, ctx=None, max_answer_length=30, version_2=False):
-    """The :class:`ModelForQASpan` of a converted folder: ``BertEncoder.from_pretrained(folder)``
-    and its span head (``head_config.json`` + ``head.safetensors``).
-
-    Parameters
-    ----------
-    folder : str or os.PathLike
-    ctx : mx.Context or list of mx.Context, optional
-    max_answer_length : int
-    version_2 : bool
-        As :class:`ModelForQASpan`.
-
-    Raises
-    ------
-    ValueError
-        The folder's head is not a span head, or as
-        :meth:`~gluon_attention.models.encoder.BertEncoder.from_pretrained` and
-        :func:`~gluon_attention.models.heads.head_block`.
-    """
-    from .encoder import BertEncoder  # pylint: disable=import-outside-toplevel
-    head = head_block(folder, ctx=ctx)
-    if not isinstance(head, SpanHead):
-        _checks.fail("folder must hold a span head (head_config.json kind 'span')",
-                     folder=str(folder))
-    backbone = BertEncoder.from_pretrained(folder, ctx=ctx)
-    return ModelForQASpan(backbone, head, max_answer_length, version_2)

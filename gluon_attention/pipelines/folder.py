@@ -56,6 +56,12 @@ def _read_json(folder, name):
         return json.load(handle)
 
 
+def _encoder_config(folder):
+    """The folder's ``config.json``, or {} without one (a server's archive has none)."""
+    path = os.path.join(folder, 'config.json')
+    return _read_json(folder, 'config.json') if os.path.isfile(path) else {}
+
+
 def is_span_folder(folder):
     """True when ``folder`` holds a plain start/end head (``head_config.json`` of kind 'span',
     as :func:`gluon_attention.convert.from_gluonnlp` writes for a 0.10 SQuAD model) and no
@@ -71,7 +77,7 @@ def span_qa_config(folder):
     the encoder's ``max_position_embeddings`` rounded down to a multiple of 8, as batches are
     padded to one; the question at most half of it), then the keys
     of ``head_config.json`` and of an optional ``qa_config.json``; ``head`` is 'span'."""
-    positions = _read_json(folder, 'config.json').get('max_position_embeddings', 512)
+    positions = _encoder_config(folder).get('max_position_embeddings', 512)
     length = min(SPAN_DEFAULTS['eval_max_seq_length'], int(positions) // 8 * 8 or int(positions))
     config = dict(SPAN_DEFAULTS, eval_max_seq_length=length,
                   max_query_length=min(SPAN_DEFAULTS['max_query_length'], length // 2))
@@ -85,8 +91,7 @@ def span_qa_config(folder):
 def _missing_tokenizer(folder):
     """What to say when ``folder`` has no tokenizer: a RoBERTa folder needs its byte-level BPE
     files, which a GluonNLP 0.10 conversion cannot write."""
-    config = os.path.join(folder, 'config.json')
-    raw = _read_json(folder, 'config.json') if os.path.isfile(config) else {}
+    raw = _encoder_config(folder)
     if raw.get('model_type') == 'roberta' or str(raw.get('gluonnlp_model', '')).startswith(
             'roberta'):
         return ("tokenizer.json: a RoBERTa folder needs its byte-level BPE tokenizer, built "

@@ -77,7 +77,8 @@ def test_predictor_answers_with_gluonnlp_span(converted):
 
 
 def test_exported_graph_gives_the_same_outputs(converted, tmp_path):
-    """QAInference over the span model exports (symbol + params) and reloads unchanged."""
+    """QAInference over the span model exports (symbol + params) and reloads unchanged, and
+    its ONNX conversion runs in ONNX Runtime with the same outputs."""
     from gluon_attention.export.block import export_and_check  # pylint: disable=import-outside-toplevel
     _, folder = converted
     loaded = load_qa_folder(folder)
@@ -92,6 +93,10 @@ def test_exported_graph_gives_the_same_outputs(converted, tmp_path):
                                  ['input_ids', 'token_types', 'valid_length', 'p_mask'],
                                  ['int32', 'int32', 'int32', 'float32'])
     assert report['max_abs_diff'] <= 1e-5
+    pytest.importorskip('onnxruntime', reason='the [onnx] extra is not installed')
+    from gluon_attention.export.onnx import check_onnx  # pylint: disable=import-outside-toplevel
+    axes = [('batch', 'sequence')] * 2 + [('batch',), ('batch', 'sequence')]
+    assert check_onnx(block, str(tmp_path / 'span'), batches, axes)['max_abs_diff'] <= 1e-5
 
 
 def test_run_squad_predict_on_the_converted_folder(converted, capsys):
@@ -117,3 +122,23 @@ def _features(predictor):
     return eval_features([squad.SquadExample('0', '', QUESTION, CONTEXT, [], False)],
                          predictor.tokenizer, predictor.qa_config['eval_max_seq_length'],
                          predictor.qa_config['max_query_length'])
+
+
+def test_server_archive_of_the_converted_folder_answers_alike(converted, tmp_path):
+    """The server's archive (exported graph, the folder's settings, tokenizer) loads in its
+    handler and answers as the in-process predictor does."""
+    import zipfile  # pylint: disable=import-outside-toplevel
+    pytest.importorskip('model_archiver', reason='the [serve] extra is not installed')
+    from jobs.serve.archive import build_archive, export_graph  # pylint: disable=import-outside-toplevel
+    from jobs.serve.handler import QAService  # pylint: disable=import-outside-toplevel
+    from jobs.serve.protocol import Limits  # pylint: disable=import-outside-toplevel
+    _, folder = converted
+    graph, store = str(tmp_path / 'export' / 'qa'), tmp_path / 'store'
+    store.mkdir()
+    assert export_graph(folder, graph)['max_abs_diff'] <= 1e-5
+    path, _ = build_archive(folder, graph, str(store), 'squad', Limits(), 8)
+    with zipfile.ZipFile(path) as archive:
+        assert {'model/head_config.json', 'model/qa_config.json'} <= set(archive.namelist())
+        archive.extractall(tmp_path / 'unpacked')
+    served = QAService(str(tmp_path / 'unpacked')).answer([[(QUESTION, CONTEXT)]])[0][0]
+    assert served.text == QAPredictor.from_folder(folder).answer(QUESTION, CONTEXT).text != ''
