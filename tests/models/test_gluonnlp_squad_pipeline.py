@@ -99,7 +99,7 @@ def test_exported_graph_gives_the_same_outputs(converted, tmp_path):
     assert check_onnx(block, str(tmp_path / 'span'), batches, axes)['max_abs_diff'] <= 1e-5
 
 
-def test_run_squad_predict_on_the_converted_folder(converted, capsys):
+def test_run_squad_predict_and_evaluate_on_the_converted_folder(converted, capsys, tmp_path):
     import importlib.util  # pylint: disable=import-outside-toplevel
     import pathlib  # pylint: disable=import-outside-toplevel
     script = pathlib.Path(__file__).resolve().parents[2] / 'scripts' / 'run_squad.py'
@@ -115,6 +115,20 @@ def test_run_squad_predict_on_the_converted_folder(converted, capsys):
     assert run_squad.main(args) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed['text'] == want.text == _gluonnlp_rule(net, _features(predictor))[1]
+    # evaluate: gold answers 0.10's span (exact 100) and another text (exact 0)
+    golds = [(want.text, want.start), ('joy', CONTEXT.index('joy'))]
+    assert want.text != 'joy'
+    qas = [{'id': str(i), 'question': QUESTION, 'answers': [{'text': t, 'answer_start': a}]}
+           for i, (t, a) in enumerate(golds)]
+    (tmp_path / 'eval.json').write_text(json.dumps({'version': '1.1', 'data': [{
+        'title': 'cats', 'paragraphs': [{'context': CONTEXT, 'qas': qas}]}]}), encoding='utf-8')
+    assert run_squad.main(['evaluate', '--model-dir', folder, '--threads', '1', '--no-progress',
+                           '--eval-file', str(tmp_path / 'eval.json'), '--output-dir',
+                           str(tmp_path / 'run'), '--version-2-with-negative', '0']) == 0
+    metrics = json.loads((tmp_path / 'run' / 'evaluate' / 'metrics.json').read_text())
+    assert (metrics['total'], metrics['exact']) == (2, 50.0)
+    predictions = json.loads((tmp_path / 'run' / 'evaluate' / 'predictions.json').read_text())
+    assert predictions == {'0': want.text, '1': want.text}
 
 
 def _features(predictor):
