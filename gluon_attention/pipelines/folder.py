@@ -95,10 +95,11 @@ def _missing_tokenizer(folder):
     if raw.get('model_type') == 'roberta' or str(raw.get('gluonnlp_model', '')).startswith(
             'roberta'):
         return ("tokenizer.json: a RoBERTa folder needs its byte-level BPE tokenizer, built "
-                "from the vocabulary (vocab.json) and merges (merges.txt) files of the "
-                "pretrained RoBERTa (GluonNLP 0.10 keeps no merges file); write it into the "
-                "folder with tokenizers.ByteLevelBPETokenizer('vocab.json', 'merges.txt')"
-                ".save('tokenizer.json')")
+                "from the vocabulary and the merges file (merges.txt) of the pretrained "
+                "RoBERTa (GluonNLP 0.10 keeps no merges file); convert again with "
+                "gluon_attention.convert.from_gluonnlp(..., merges_file='merges.txt'), or "
+                "write it into the folder with tokenizers.ByteLevelBPETokenizer('vocab.json', "
+                "'merges.txt').save('tokenizer.json')")
     return 'tokenizer.json or vocab.txt'
 
 
