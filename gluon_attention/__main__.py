@@ -29,6 +29,9 @@ def _convert_parser(architectures):
     parser.add_argument('--sizes', default='',
                         help='a model built at other sizes than the zoo name: comma-separated '
                              'KEY=N of num_layers, units, hidden_size, num_heads, max_length')
+    parser.add_argument('--merges', help="RoBERTa: the pretrained RoBERTa's merges.txt; with "
+                                         'it (and --vocab) the folder gets its byte-level BPE '
+                                         'tokenizer, without it none (with --from)')
     case = parser.add_mutually_exclusive_group()
     case.add_argument('--lower', dest='lower', action='store_true', default=None,
                       help='the tokenizer lowercases (default: from the vocabulary)')
@@ -61,7 +64,8 @@ def convert_main(argv):
         sizes = dict(item.split('=', 1) for item in args.sizes.split(',') if item)
         result = from_gluonnlp(args.params, args.model, args.vocab, args.output_dir,
                                lower=args.lower,
-                               sizes={k: int(v) for k, v in sizes.items()} or None)
+                               sizes={k: int(v) for k, v in sizes.items()} or None,
+                               merges_file=args.merges)
     except (ValueError, FileNotFoundError) as err:
         print('error: {}'.format(err), file=sys.stderr)
         return 2

@@ -38,7 +38,8 @@ def _config_class():
         block: str = option('multi_head_attention', 'library block to export with fresh '
                             'parameters', choices=BLOCKS)
         squad_run: str = option('', 'a run_squad.py --output-dir: export its fine-tuned QA '
-                                "model instead (model/, else the last checkpoint; '': none)")
+                                "model instead (model/, else the last checkpoint), or a model "
+                                "folder itself (e.g. converted from GluonNLP 0.10; '': none)")
         output_prefix: str = option('runs/export/model', 'path prefix of the exported files')
         tolerance: float = option(1e-5, 'largest accepted absolute difference between the '
                                   'reloaded graph and the block')
@@ -50,10 +51,17 @@ def _config_class():
     return ExportConfig
 
 
-def _inputs(rng, block_name, batch, length):
+def _vocab_size(block):
+    """The token ids an encoder (or a QA graph's encoder) takes: its vocabulary size."""
+    encoder = getattr(getattr(block, 'model', None), 'backbone', block)
+    return getattr(encoder, 'config', {}).get('vocab_size', 2000)
+
+
+def _inputs(rng, block_name, batch, length, vocab_size=2000):
     """Positional NumPy inputs of a block at one batch size and length, with their names."""
     if block_name in ('bert_encoder', 'squad'):
-        ids = rng.randint(1000, 2000, size=(batch, length)).astype('int32')
+        high = min(2000, vocab_size)
+        ids = rng.randint(min(1000, high // 2), high, size=(batch, length)).astype('int32')
         types = rng.randint(0, 2, size=(batch, length)).astype('int32')
         valid = (length - rng.randint(0, length, size=batch)).astype('int32')
         if block_name == 'bert_encoder':
@@ -69,16 +77,17 @@ def _inputs(rng, block_name, batch, length):
 
 def _squad_model(run):
     """The fine-tuned QA model of a run_squad.py output folder: its model folder (``model/``),
-    or, for a run killed before writing it, its last checkpoint over the run's encoder."""
+    or, for a run killed before writing it, its last checkpoint over the run's encoder; or of a
+    model folder given itself (e.g. one converted from a GluonNLP 0.10 SQuAD model)."""
     import mxnet as mx
     import gluon_attention as ga
     from gluon_attention.models.qa import ModelForQAConditional
     from gluon_attention.pipelines import load_qa_folder, load_qa_model
-    from gluon_attention.pipelines.folder import QA_CONFIG
+    from gluon_attention.pipelines.folder import QA_CONFIG, is_span_folder
     from jobs.engine.checkpoints import CheckpointManager
-    folder = os.path.join(run, 'model')
-    if os.path.isfile(os.path.join(folder, QA_CONFIG)):
-        return load_qa_model(load_qa_folder(folder), [mx.cpu()])
+    for folder in (run, os.path.join(run, 'model')):
+        if os.path.isfile(os.path.join(folder, QA_CONFIG)) or is_span_folder(folder):
+            return load_qa_model(load_qa_folder(folder), [mx.cpu()])
     checkpoints = os.path.join(run, 'checkpoints')
     entry = CheckpointManager(checkpoints).latest() if os.path.isdir(checkpoints) else None
     if entry is None:
@@ -121,7 +130,8 @@ def main(argv=None):
     mx.random.seed(config.seed)
     block, name = _build(config)
     rng = onp.random.RandomState(config.seed)
-    batches = [_inputs(rng, name, batch, length)[1] for batch, length in SHAPES]
+    batches = [_inputs(rng, name, batch, length, _vocab_size(block))[1]
+               for batch, length in SHAPES]
     names = _inputs(rng, name, 1, 1)[0]
     _, report = export_and_check(block, config.output_prefix, batches, names,
                                  [str(x.dtype) for x in batches[0]])

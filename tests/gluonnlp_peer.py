@@ -120,3 +120,32 @@ def call(block, model_name, ids, token_types, valid):
         if FAMILY[model_name][0] != 'bert':
             del args[1]
         return block(*args).asnumpy()
+
+
+def finetune_span(net, inputs, seed, steps=3, learning_rate=0.05):
+    """A few SGD steps of 0.10's SQuAD loss (finetune_squad.py: softmax cross-entropy of the
+    gold start plus that of the gold end, over all positions) on ``inputs`` with seeded gold
+    spans inside each valid length, so that a converted span head is trained, not random.
+    Returns the losses (mean over the batch) before each step and after the last; the last is
+    below the first."""
+    ids, token_types, valid = inputs
+    rng = onp.random.RandomState(seed)
+    starts = onp.array([rng.randint(0, n) for n in valid])
+    ends = onp.array([rng.randint(s, n) for s, n in zip(starts, valid)])
+    with legacy():
+        trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': learning_rate})
+        loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        arrays = [mx.nd.array(x) for x in (ids, token_types, valid)]
+        losses = []
+        for _ in range(steps + 1):
+            with mx.autograd.record():
+                logits = net(*arrays)                                    # (B, T, 2)
+                value = loss(logits[:, :, 0], mx.nd.array(starts)) + \
+                    loss(logits[:, :, 1], mx.nd.array(ends))
+            losses.append(float(value.mean().asscalar()))
+            if len(losses) > steps:
+                break
+            value.backward()
+            trainer.step(len(ids))
+    assert losses[-1] < losses[0], losses
+    return losses

@@ -24,6 +24,7 @@ from .. import _checks
 from ..models.checkpoint import canonical_names, config_json, read_checkpoint
 from ..models.heads import HEAD_CONFIG, HEAD_FILE, read_head
 from . import zoo_names as names
+from .bpe import bpe_tokenizer
 from .vocab import read_vocab, write_tokenizer
 
 __all__ = ['ARCHITECTURES', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
@@ -119,7 +120,8 @@ def _read_model(params_file, model_name, vocab_size, sizes):
     return config, backbone, head
 
 
-def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, sizes=None):
+def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, sizes=None,
+                  merges_file=None):
     """Convert a GluonNLP 0.10 BERT-family ``.params`` file into a model folder.
 
     Parameters
@@ -138,13 +140,18 @@ def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, s
     output_dir : str or os.PathLike
         Created if needed; ``config.json``, ``model.safetensors``, the tokenizer files
         (WordPiece vocabularies: ``vocab.txt``, ``tokenizer.json``, ``tokenizer_config.json``;
-        none for RoBERTa's byte-level BPE) and, for a fine-tuned model, ``head_config.json`` +
+        RoBERTa: ``tokenizer.json`` with ``merges_file``, else none) and, for a fine-tuned
+        model, ``head_config.json`` +
         ``head.safetensors`` are written there.
     lower : bool, optional
         Whether the tokenizer lowercases; None: cased when the vocabulary holds a token with
         an upper-case letter outside its special tokens, else uncased.
     sizes : dict, optional
         As in :func:`encoder_config`, for a model built at other sizes.
+    merges_file : str or os.PathLike, optional
+        RoBERTa only: the pretrained RoBERTa's ``merges.txt``, from which (with the
+        vocabulary) the byte-level BPE tokenizer is written
+        (:func:`gluon_attention.convert.bpe.bpe_tokenizer`).
 
     Returns
     -------
@@ -158,21 +165,26 @@ def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, s
         An unknown ``model_name``; a params file that is not a ``save_parameters`` file, holds
         unknown names, lacks some, or has a tensor of another shape than the architecture's
         (named with its expected and received shapes); a vocabulary whose size differs from
-        the embedding rows. Nothing is written then.
+        the embedding rows; ``merges_file`` for another architecture than RoBERTa, or one
+        whose merges the vocabulary lacks. Nothing is written then.
     FileNotFoundError
-        ``params_file`` or ``vocab_file`` missing.
+        ``params_file``, ``vocab_file`` or a given ``merges_file`` missing.
     """
-    for name, path in (('params_file', params_file), ('vocab_file', vocab_file)):
-        if not pathlib.Path(path).is_file():
+    if merges_file is not None and not str(model_name).startswith('roberta'):
+        _checks.fail('merges_file is for RoBERTa models only', model_name=model_name)
+    for name, path in (('params_file', params_file), ('vocab_file', vocab_file),
+                       ('merges_file', merges_file)):
+        if path is not None and not pathlib.Path(path).is_file():
             raise FileNotFoundError('{} must be an existing file. Received: {}={!r}'.format(
                 name, name, str(path)))
     vocab = read_vocab(vocab_file)
     config, backbone, head = _read_model(params_file, model_name, len(vocab['tokens']), sizes)
+    bpe = None if merges_file is None else bpe_tokenizer(vocab, merges_file)
     return _write_folder(pathlib.Path(output_dir), model_name, config, backbone, head,
-                         vocab, lower)
+                         vocab, (lower, bpe))
 
 
-def _write_folder(folder, model_name, config, backbone, head, vocab, lower):
+def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder.mkdir(parents=True, exist_ok=True)
     raw = dict(config_json(config), gluonnlp_model=model_name)
@@ -190,8 +202,11 @@ def _write_folder(folder, model_name, config, backbone, head, vocab, lower):
         (folder / HEAD_CONFIG).write_text(json.dumps(head_config, indent=2) + '\n',
                                           encoding='utf-8')
         save_file(tensors, str(folder / HEAD_FILE))
-    has_tokenizer = not model_name.startswith('roberta')
-    if has_tokenizer:
+    lower, bpe = tokenizer
+    has_tokenizer = not model_name.startswith('roberta') or bpe is not None
+    if bpe is not None:
+        bpe.save(str(folder / 'tokenizer.json'))
+    elif has_tokenizer:
         write_tokenizer(vocab, folder, lower)
     return dict(config=config, head=head['kind'] if head else None, tokenizer=has_tokenizer,
                 output_dir=str(folder))

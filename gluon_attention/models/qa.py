@@ -220,13 +220,18 @@ def decode_heads(model, embedding, p_mask, start_top_n, end_top_n):
 
 @mx.util.use_np
 class QAInference(CheckedBlock):
-    """The exportable inference graph of a :class:`ModelForQAConditional`.
+    """The exportable inference graph of a :class:`ModelForQAConditional` or of a
+    :class:`~gluon_attention.models.qa_span.ModelForQASpan` (a plain start/end head, GluonNLP
+    0.10's SQuAD model): the same five outputs either way.
 
     Call ``(tokens (B, T) int32, token_types (B, T) int32, valid_length (B,) int32,
     p_mask (B, T) float32)`` and get ``start_top_logits (B, Ns)``, ``start_top_index (B, Ns)``
     (float32), ``end_top_logits (B, Ns, Ne)``, ``end_top_index (B, Ns, Ne)`` (float32) and
     ``answerable_logits (B, 2)``. No end >= start or length constraint is applied here: span
-    decoding does that. Raises ValueError when called on arrays with T < ``start_top_n`` or
+    decoding does that. For a ``ModelForQASpan`` the outputs are its best
+    ``start_top_n * end_top_n`` spans, one end per start (Ns = ``start_top_n * end_top_n``,
+    Ne = 1; see :func:`~gluon_attention.models.qa_span.top_spans`). Raises ValueError when
+    called on arrays with T < ``start_top_n`` or
     ``end_top_n``, or as :class:`ModelForQAConditional` on ``p_mask`` and the backbone inputs.
     """
 
@@ -251,6 +256,9 @@ class QAInference(CheckedBlock):
 
     def hybrid_forward(self, F, tokens, token_types, valid_length, p_mask):  # pylint: disable=arguments-differ
         embedding = self.model.backbone(tokens, token_types, valid_length)
+        plain = getattr(self.model, 'inference_outputs', None)     # ModelForQASpan
+        if plain is not None:
+            return plain(embedding, p_mask, *self._top_n)
         return decode_heads(self.model, embedding, p_mask, *self._top_n)
 
 

@@ -18,6 +18,12 @@ A folder (written by the SQuAD job's ``train``, ``<output-dir>/model/``) holds
 :func:`~gluon_attention.pipelines.predictor.load_qa_model` the model (the encoder with
 ``BertEncoder.from_pretrained(folder)``, the saved head put on it by :func:`load_head`), from
 what it read. Reading ``safetensors`` files needs the ``[hf]`` extra.
+
+A folder converted from a GluonNLP 0.10 SQuAD model (:func:`gluon_attention.convert.from_gluonnlp`)
+holds ``head_config.json`` (kind 'span') + ``head.safetensors`` instead of the two QA files: it
+loads as a :class:`~gluon_attention.models.qa_span.ModelForQASpan`, its settings those of 0.10's
+``finetune_squad.py`` (:data:`SPAN_DEFAULTS`, the sequence length capped by the encoder's
+positions) with any of those keys ``head_config.json`` (or a ``qa_config.json`` beside it) sets.
 """
 import dataclasses
 import json
@@ -28,16 +34,73 @@ import numpy as onp
 
 from .._checks import fail
 from ..data import squad
+from ..models import heads
 
 __all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'QAFolder', 'load_qa_folder',
            'check_model_folder', 'read_qa_config', 'recorded_training', 'has_head', 'head_params',
-           'load_head']
+           'load_head', 'SPAN_DEFAULTS', 'is_span_folder', 'span_qa_config']
 
 QA_CONFIG = 'qa_config.json'
 HEAD_FILE = 'qa_head.safetensors'
 TOKENIZER_FILES = ('vocab.txt', 'tokenizer.json', 'tokenizer_config.json',
                    'special_tokens_map.json')
 _ENCODER_FILES = ('config.json', 'model.safetensors')
+#: The settings of a converted 0.10 SQuAD folder (those of 0.10's ``finetune_squad.py``): SQuAD
+#: 1.1 (never the null answer), 384 tokens a chunk, 64 a question, answers of 30 at most.
+SPAN_DEFAULTS = dict(eval_max_seq_length=384, max_query_length=64, max_answer_length=30,
+                     version_2_with_negative=0, null_threshold=None)
+
+
+def _read_json(folder, name):
+    with open(os.path.join(folder, name), encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def _encoder_config(folder):
+    """The folder's ``config.json``, or {} without one (a server's archive has none)."""
+    path = os.path.join(folder, 'config.json')
+    return _read_json(folder, 'config.json') if os.path.isfile(path) else {}
+
+
+def is_span_folder(folder):
+    """True when ``folder`` holds a plain start/end head (``head_config.json`` of kind 'span',
+    as :func:`gluon_attention.convert.from_gluonnlp` writes for a 0.10 SQuAD model) and no
+    ``qa_head.safetensors``."""
+    if os.path.isfile(os.path.join(folder, HEAD_FILE)) or not os.path.isfile(
+            os.path.join(folder, heads.HEAD_CONFIG)):
+        return False
+    return _read_json(folder, heads.HEAD_CONFIG).get('kind') == 'span'
+
+
+def span_qa_config(folder):
+    """The ``qa_config`` of a span folder: :data:`SPAN_DEFAULTS` (the sequence length at most
+    the encoder's ``max_position_embeddings`` rounded down to a multiple of 8, as batches are
+    padded to one; the question at most half of it), then the keys
+    of ``head_config.json`` and of an optional ``qa_config.json``; ``head`` is 'span'."""
+    positions = _encoder_config(folder).get('max_position_embeddings', 512)
+    length = min(SPAN_DEFAULTS['eval_max_seq_length'], int(positions) // 8 * 8 or int(positions))
+    config = dict(SPAN_DEFAULTS, eval_max_seq_length=length,
+                  max_query_length=min(SPAN_DEFAULTS['max_query_length'], length // 2))
+    saved = _read_json(folder, heads.HEAD_CONFIG)
+    if os.path.isfile(os.path.join(folder, QA_CONFIG)):
+        saved = dict(saved, **_read_json(folder, QA_CONFIG))
+    config.update({key: saved[key] for key in SPAN_DEFAULTS if key in saved})
+    return dict(config, head='span')
+
+
+def _missing_tokenizer(folder):
+    """What to say when ``folder`` has no tokenizer: a RoBERTa folder needs its byte-level BPE
+    files, which a GluonNLP 0.10 conversion cannot write."""
+    raw = _encoder_config(folder)
+    if raw.get('model_type') == 'roberta' or str(raw.get('gluonnlp_model', '')).startswith(
+            'roberta'):
+        return ("tokenizer.json: a RoBERTa folder needs its byte-level BPE tokenizer, built "
+                "from the vocabulary and the merges file (merges.txt) of the pretrained "
+                "RoBERTa (GluonNLP 0.10 keeps no merges file); convert again with "
+                "gluon_attention.convert.from_gluonnlp(..., merges_file='merges.txt'), or "
+                "write it into the folder with tokenizers.ByteLevelBPETokenizer('vocab.json', "
+                "'merges.txt').save('tokenizer.json')")
+    return 'tokenizer.json or vocab.txt'
 
 
 def check_model_folder(folder, fine_tuned, weights=True):
@@ -59,13 +122,16 @@ def check_model_folder(folder, fine_tuned, weights=True):
         Naming the missing files: ``model_dir must be ... Received: model_dir=...``.
     """
     needed = _ENCODER_FILES if weights else ()
-    if fine_tuned:
+    if fine_tuned and is_span_folder(folder):
+        needed += (heads.HEAD_CONFIG, heads.HEAD_FILE) if weights else (heads.HEAD_CONFIG,)
+    elif fine_tuned:
         needed += (QA_CONFIG, HEAD_FILE) if weights else (QA_CONFIG,)
     missing = [name for name in needed if not os.path.isfile(os.path.join(folder, name))]
     if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES[:2]):
-        missing.append('tokenizer.json or vocab.txt')
+        missing.append(_missing_tokenizer(folder))
     if missing:
-        kind = 'a model folder saved by train' if fine_tuned else 'a pretrained BERT folder'
+        kind = ('a model folder saved by train or converted from a GluonNLP 0.10 SQuAD model'
+                if fine_tuned else 'a pretrained BERT folder')
         inner = os.path.join(folder, 'model')     # a train run's folder holds its model/
         hint = '; did you mean {}, the model folder of that run?'.format(inner) if (
             os.path.isfile(os.path.join(inner, QA_CONFIG))) else ''
@@ -81,9 +147,9 @@ def head_params(model):
 
 
 def read_qa_config(folder):
-    """``qa_config.json`` of a saved model folder, as a dict."""
-    with open(os.path.join(folder, QA_CONFIG), encoding='utf-8') as handle:
-        return json.load(handle)
+    """``qa_config.json`` of a saved model folder, as a dict (of a span folder:
+    :func:`span_qa_config`)."""
+    return span_qa_config(folder) if is_span_folder(folder) else _read_json(folder, QA_CONFIG)
 
 
 def recorded_training(folder):

@@ -26,6 +26,8 @@ from .._checks import check_positive_int, fail_type
 from ..data import squad
 from ..models.encoder import BertEncoder
 from ..models.qa import ModelForQAConditional, QAInference
+from ..models.heads import head_block
+from ..models.qa_span import ModelForQASpan
 from ..export.block import import_block
 from .features import eval_features, run_batches
 from .folder import QAFolder, load_head, load_qa_folder
@@ -97,7 +99,17 @@ def load_qa_model(folder, contexts):
     ------
     ValueError
         A head tensor missing, unexpected or of the wrong shape.
+
+    A folder converted from a GluonNLP 0.10 SQuAD model (``qa_config['head']`` 'span') gives
+    a :class:`~gluon_attention.models.qa_span.ModelForQASpan` instead.
     """
+    if folder.qa_config.get('head') == 'span':
+        model = ModelForQASpan(BertEncoder.from_pretrained(folder.path, ctx=contexts),
+                               head_block(folder.path, ctx=contexts),
+                               folder.qa_config['max_answer_length'],
+                               folder.qa_config['version_2_with_negative'])
+        model.hybridize(static_alloc=True)
+        return model
     backbone = BertEncoder.from_pretrained(folder.path, ctx=contexts)
     model = ModelForQAConditional(backbone, units=folder.qa_config['head_units'],
                                   dropout=folder.qa_config['head_dropout'])

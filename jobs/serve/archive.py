@@ -20,7 +20,9 @@ import sys
 
 from gluon_attention.checks import fail
 from gluon_attention.data import squad
-from gluon_attention.pipelines.folder import QA_CONFIG, check_model_folder
+from gluon_attention.models.heads import HEAD_CONFIG
+from gluon_attention.pipelines.folder import (QA_CONFIG, check_model_folder, is_span_folder,
+                                              span_qa_config)
 
 from ..engine.common import atomic_write_json
 from .protocol import SERVE_JSON
@@ -71,6 +73,11 @@ def export_graph(model_dir, prefix, start_top_n=5, end_top_n=5):
                                 INPUT_DTYPES)[1]
 
 
+def _read(path):
+    with open(path, encoding='utf-8') as handle:
+        return json.load(handle)
+
+
 def _link(source, target):
     if os.path.lexists(target):
         os.remove(target)
@@ -79,10 +86,20 @@ def _link(source, target):
 
 def archived_files(model_dir, graph):
     """``{path inside the archive: source file}`` of every file the archive holds besides
-    serve.json: the graph, qa_config.json, the tokenizer files and the handler's code."""
+    serve.json: the graph, qa_config.json, the tokenizer files and the handler's code. A folder
+    converted from a GluonNLP 0.10 SQuAD model (a span head) has no qa_config.json: its
+    settings are written beside the graph (``<graph>-qa_config.json``) and archived with its
+    ``head_config.json``."""
     files = {'graph/qa' + suffix: graph + suffix for suffix in GRAPH_SUFFIXES}
     files.update((name, os.path.join(_REPOSITORY, name)) for name in HANDLER_FILES)
     files['model/' + QA_CONFIG] = os.path.join(model_dir, QA_CONFIG)
+    if is_span_folder(model_dir):
+        files['model/' + QA_CONFIG] = graph + '-' + QA_CONFIG
+        settings = span_qa_config(model_dir)
+        if not os.path.isfile(files['model/' + QA_CONFIG]) or settings != _read(
+                files['model/' + QA_CONFIG]):     # rewritten only when it changed
+            atomic_write_json(files['model/' + QA_CONFIG], settings)
+        files['model/' + HEAD_CONFIG] = os.path.join(model_dir, HEAD_CONFIG)
     files.update(('model/' + path.name, str(path)) for path in squad.tokenizer_files(model_dir))
     return files
 

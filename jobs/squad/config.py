@@ -35,8 +35,9 @@ class QAOptions:
     """What every command shares: the model, where to write, devices, decoding."""
     model_dir: Optional[str] = option(
         None, 'the fine-tuned model folder to load, as train writes it (config.json, '
-              'model.safetensors, qa_head.safetensors, qa_config.json, tokenizer files); None: '
-              '<output-dir>/model')
+              'model.safetensors, qa_head.safetensors, qa_config.json, tokenizer files), or '
+              'one converted from a GluonNLP 0.10 SQuAD model (head_config.json + '
+              'head.safetensors instead of the two qa_ files); None: <output-dir>/model')
     output_dir: str = option('runs/squad', 'the run folder: train writes run_config.json, '
                              'metrics, predictions, checkpoints/, model/ and export/ there; '
                              'evaluate and predict read <output-dir>/model (unless --model-dir) '

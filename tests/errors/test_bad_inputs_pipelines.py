@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from gluon_attention.models.heads import SpanHead
+from gluon_attention.models.qa_span import ModelForQASpan
 from gluon_attention.pipelines import NullThreshold, QAPredictor, load_qa_folder
 
 
@@ -19,6 +21,20 @@ def _tokenizer_only_folder():
         json.dump({'version_2_with_negative': 1, 'null_threshold': None,
                    'null_threshold_source': 'auto'}, handle)
     return 'tuned'
+
+
+def _roberta_folder_without_tokenizer():
+    """What converting a GluonNLP 0.10 RoBERTa SQuAD model writes: no tokenizer (0.10 keeps
+    no merges file)."""
+    import os
+    os.makedirs('roberta', exist_ok=True)
+    for name in ('model.safetensors', 'head.safetensors'):
+        open(os.path.join('roberta', name), 'wb').close()
+    for name, content in (('config.json', {'gluonnlp_model': 'roberta_12_768_12'}),
+                          ('head_config.json', {'kind': 'span', 'units': 16})):
+        with open(os.path.join('roberta', name), 'w', encoding='utf-8') as handle:
+            json.dump(content, handle)
+    return 'roberta'
 
 
 BAD = [
@@ -40,6 +56,15 @@ BAD = [
       "model_dir='absent'"]),
     ('load-qa-folder-no-weights', lambda: load_qa_folder(_tokenizer_only_folder()), ValueError,
      ['missing: config.json, model.safetensors, qa_head.safetensors', "model_dir='tuned'"]),
+    ('load-qa-folder-roberta-without-tokenizer', lambda: QAPredictor.from_folder(
+        _roberta_folder_without_tokenizer()), ValueError,
+     ['converted from a GluonNLP 0.10 SQuAD model', 'merges.txt',
+      "from_gluonnlp(..., merges_file='merges.txt')",
+      "model_dir='roberta'"]),
+    ('span-model-other-head', lambda: ModelForQASpan(None, 'head'), TypeError,
+     ['head must be a SpanHead', "head='str'"]),
+    ('span-model-answer-length', lambda: ModelForQASpan(None, SpanHead(4), 0), ValueError,
+     ['max_answer_length', 'max_answer_length=0']),
     ('predictor-saved-threshold-missing', lambda: QAPredictor.from_folder(
         _tokenizer_only_folder(), graph='g'), ValueError,
      ['threshold must be a number for a model folder without a null threshold']),

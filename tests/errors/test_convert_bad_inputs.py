@@ -54,14 +54,16 @@ def files(tmp_path_factory):
     (folder / 'not_zip.bin').write_bytes(b'\x80\x02}q\x00.')        # the pre-1.6 form
     with zipfile.ZipFile(folder / 'foreign.bin', 'w') as archive:       # names os.system
         archive.writestr('archive/data.pkl', pickle.dumps({'w': os.system}, protocol=2))
+    (folder / 'merges.txt').write_text('#version: 0.2\nc a\n', encoding='utf-8')
+    (folder / 'bad_merges.txt').write_text('c a t\n', encoding='utf-8')
     (folder / 'head_kind').mkdir()
     (folder / 'head_kind' / 'head_config.json').write_text('{"kind": "pooled", "units": 4}')
     (folder / 'head_kind' / 'head.safetensors').write_bytes(b'')
     return folder
 
 
-def _convert(params, model='bert_12_768_12', vocab='tiny.vocab', sizes=SIZES):
-    return lambda: from_gluonnlp(params, model, vocab, 'out', sizes=sizes)
+def _convert(params, model='bert_12_768_12', vocab='tiny.vocab', sizes=SIZES, merges=None):
+    return lambda: from_gluonnlp(params, model, vocab, 'out', sizes=sizes, merges_file=merges)
 
 
 BAD = [
@@ -85,6 +87,17 @@ BAD = [
      ["params_file='text.params'"]),
     ('missing-params-file', _convert('none.params'), FileNotFoundError,
      ["params_file='none.params'"]),
+    ('merges-for-bert', _convert('bert.params', merges='merges.txt'), ValueError,
+     ['merges_file is for RoBERTa models only', "model_name='bert_12_768_12'"]),
+    ('merges-outside-the-vocabulary', _convert('roberta.params', model='roberta_12_768_12',
+                                               merges='merges.txt'), ValueError,
+     ['every merge and its result must be tokens of the vocabulary', "merges=['c a']"]),
+    ('merges-line-of-three', _convert('roberta.params', model='roberta_12_768_12',
+                                      merges='bad_merges.txt'), ValueError,
+     ['two tokens separated by a space', "merges_file line 1='c a t'"]),
+    ('missing-merges-file', _convert('roberta.params', model='roberta_12_768_12',
+                                     merges='none.txt'), FileNotFoundError,
+     ["merges_file='none.txt'"]),
     ('unknown-size-key', lambda: encoder_config('bert_12_768_12', 5, {'layers': 2}),
      ValueError, ["sizes=['layers']"]),
     ('json-vocabulary-without-idx_to_token', lambda: read_vocab('plain.json'), ValueError,
