@@ -132,8 +132,9 @@ def test_bfloat16_with_an_onnx_file_is_one_error_line(legacy, tmp_path, capsys):
                               '--matmul-dtype', 'bfloat16', '--output-dir', str(tmp_path)])
     assert info.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith('run_squad.py predict: error: --matmul-dtype applies to the MXNet model: give '
-                           "it or --onnx-model, not both. Received: matmul_dtype='bfloat16'"), line
+    assert line.startswith('run_squad.py predict: error: --matmul-dtype applies to the MXNet '
+                           'model: give it or --onnx-model, not both. Received: '
+                           "matmul_dtype='bfloat16'"), line
 
 
 def test_a_cpu_without_bfloat16_products_is_refused_before_loading(monkeypatch, tmp_path):
