@@ -211,6 +211,9 @@ def versions(args, torch_peer):
                 torch=torch_peer.version if torch_peer else None)
     from gluon_attention.core import fused
     info['fused_isa'], info['cpu_features'] = fused.isa(), fused.cpu_features()
+    from gluon_attention import hardware
+    from gluon_attention.hardware import amx_in_use
+    info['amx'], info['amx_reason'] = amx_in_use(), hardware(verify=False).reason
     try:
         import gluonnlp
         info['gluonnlp'] = gluonnlp.__version__
@@ -228,6 +231,8 @@ def markdown(rows, info, limit):
              'Python {python}; commit {commit}.'.format(**info),
              'Fused kernel: {fused_isa} path (CPU instruction sets: {cpu_features}).'.format(
                  **info),
+             'AMX {} for the bfloat16 rows ({}).'.format('used' if info['amx'] else 'not used',
+                                                         info['amx_reason']),
              'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
              'this row\'s time (> 1 = this row is faster).'.format(limit), '',
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '

@@ -23,6 +23,8 @@ from typing import Optional
 import mxnet as mx
 
 from .._checks import check_positive_int, fail_type
+from ..core.kernels import Kernels
+from ..core.matmul_graph import Bfloat16Graph
 from ..data import squad
 from ..models.encoder import BertEncoder
 from ..models.qa import ModelForQAConditional, QAInference
@@ -80,7 +82,7 @@ class QAAnswer:
         return values
 
 
-def load_qa_model(folder, contexts):
+def load_qa_model(folder, contexts, kernels=None):
     """The :class:`~gluon_attention.models.qa.ModelForQAConditional` of a fine-tuned folder: its
     encoder (``BertEncoder.from_pretrained``) and head (``qa_head.safetensors``), hybridized.
 
@@ -90,27 +92,30 @@ def load_qa_model(folder, contexts):
         What :func:`~gluon_attention.pipelines.load_qa_folder` read (``qa_config.json`` is not
         read again).
     contexts : list of mx.Context
+    kernels : Kernels, optional
+        The encoder's kernel choice (None: ``Kernels()``); with ``matmul_dtype='bfloat16'`` the
+        encoder's dense products run in bfloat16 (the head's stay float32). The weights read
+        stay float32.
 
     Returns
     -------
-    ModelForQAConditional
+    ModelForQAConditional or ModelForQASpan
+        The latter for a folder converted from a GluonNLP 0.10 SQuAD model
+        (``qa_config['head']`` 'span': :class:`~gluon_attention.models.qa_span.ModelForQASpan`).
 
     Raises
     ------
     ValueError
-        A head tensor missing, unexpected or of the wrong shape.
-
-    A folder converted from a GluonNLP 0.10 SQuAD model (``qa_config['head']`` 'span') gives
-    a :class:`~gluon_attention.models.qa_span.ModelForQASpan` instead.
+        A head tensor missing, unexpected or of the wrong shape; ``kernels`` that cannot run
+        on ``contexts`` (:meth:`Kernels.resolve`).
     """
+    backbone = BertEncoder.from_pretrained(folder.path, ctx=contexts, kernels=kernels)
     if folder.qa_config.get('head') == 'span':
-        model = ModelForQASpan(BertEncoder.from_pretrained(folder.path, ctx=contexts),
-                               head_block(folder.path, ctx=contexts),
+        model = ModelForQASpan(backbone, head_block(folder.path, ctx=contexts),
                                folder.qa_config['max_answer_length'],
                                folder.qa_config['version_2_with_negative'])
         model.hybridize(static_alloc=True)
         return model
-    backbone = BertEncoder.from_pretrained(folder.path, ctx=contexts)
     model = ModelForQAConditional(backbone, units=folder.qa_config['head_units'],
                                   dropout=folder.qa_config['head_dropout'])
     for head in (model.start_scores, model.end_scores, model.answerable_scores):
@@ -126,6 +131,16 @@ def _numpy_mode():
     ``mx.npx.set_np()``."""
     with mx.util.np_shape(True), mx.util.np_array(True):
         yield
+
+
+def _check_kernels(kernels, ctx):
+    """``kernels`` (None: ``Kernels()``) after :meth:`Kernels.resolve` refused what cannot
+    run on ``ctx``; returned unresolved (the encoder resolves 'auto' with its own dropout)."""
+    kernels = Kernels() if kernels is None else kernels
+    if not isinstance(kernels, Kernels):
+        fail_type('kernels must be a gluon_attention.Kernels', kernels=type(kernels).__name__)
+    kernels.resolve(ctx)
+    return kernels
 
 
 class _Offsets:
@@ -170,7 +185,7 @@ class QAPredictor:
 
     @classmethod
     def from_folder(cls, model_dir, graph=None, ctx=None, threshold=None, batch_size=32, *,
-                    max_answer_length=30, start_top_n=5, end_top_n=5):
+                    max_answer_length=30, start_top_n=5, end_top_n=5, kernels=None):
         """Load a fine-tuned model folder.
 
         Parameters
@@ -199,6 +214,14 @@ class QAPredictor:
         start_top_n, end_top_n : int
             Start positions searched per chunk and end positions per start, for the in-process
             model (keyword only).
+        kernels : Kernels, optional
+            The kernel choice (keyword only; None: ``Kernels()``). ``matmul_dtype='bfloat16'``
+            runs the dense products in bfloat16 with float32 accumulation: the in-process
+            encoder's (the head stays float32), or every ``FullyConnected`` of the graph
+            (:meth:`~gluon_attention.core.matmul_graph.Bfloat16Graph.from_exported`, weights
+            cast once when loaded). The files read stay float32. With ``graph`` only
+            ``matmul_dtype`` applies: the other operators are those the graph was exported
+            with.
 
         Returns
         -------
@@ -209,10 +232,12 @@ class QAPredictor:
         ValueError
             ``model_dir`` is not a saved model folder (naming the missing files), a graph file
             is missing, ``threshold`` is None for a SQuAD 2.0 folder without a saved threshold,
-            or a size is not a positive integer.
+            or a size is not a positive integer; ``kernels`` that cannot run on ``ctx``
+            (bfloat16 off the CPU or on a CPU or MXNet build without bfloat16 products, see
+            :meth:`Kernels.resolve`).
         TypeError
             ``threshold`` is neither None, a number, a string nor a NullThreshold (ValueError
-            for nan or a string that is not a finite number).
+            for nan or a string that is not a finite number); ``kernels`` is not a Kernels.
         RuntimeError
             The graph uses the library's fused operators and they cannot be loaded here.
         """
@@ -220,6 +245,7 @@ class QAPredictor:
                             ('start_top_n', start_top_n), ('end_top_n', end_top_n)):
             check_positive_int(name, value)
         ctx = ctx or mx.cpu()
+        kernels = _check_kernels(kernels, ctx)
         folder = model_dir if isinstance(model_dir, QAFolder) else load_qa_folder(
             model_dir, weights=graph is None)
         qa_config = folder.qa_config
@@ -227,8 +253,11 @@ class QAPredictor:
                                                        qa_config['version_2_with_negative'])
         with _numpy_mode():
             if graph is None:
-                block = QAInference(load_qa_model(folder, [ctx]), start_top_n, end_top_n)
+                block = QAInference(load_qa_model(folder, [ctx], kernels), start_top_n,
+                                    end_top_n)
                 block.hybridize(static_alloc=True)
+            elif kernels.matmul_dtype == 'bfloat16':
+                block = Bfloat16Graph.from_exported(str(graph), ctx)
             else:
                 block = import_block(str(graph), ctx)[0]
         return cls(block, folder.tokenizer(), qa_config, resolved, batch_size, ctx,

@@ -9,6 +9,11 @@ to 8 tokens (:func:`eval_batches`). Every implementation gets the same batches:
   :func:`~gluon_attention.export.block.export_block`, loaded with ``SymbolBlock.imports``
   (:func:`~gluon_attention.export.block.import_block`), as a user of the export runs it
   (:func:`ours_runner`); its answers are the reference of ``answers_kept``;
+* ``ours_exported_bfloat16``: the same graph with its dense products in bfloat16
+  (:class:`~gluon_attention.core.matmul_graph.Bfloat16Graph`, weights cast once when loaded),
+  as ``QAPredictor`` and the server run it with ``Kernels(matmul_dtype='bfloat16')``; it runs
+  with or without AMX (``scripts/benchmark.py`` says which in the table's header) and is left
+  out, with a line saying why, where MXNet cannot run bfloat16 products;
 * ``onnxruntime``: ``qa.onnx`` from :func:`~jobs.squad.onnx_check.export_qa_onnx`
   (the fusable form, as written) in ONNX Runtime (:func:`onnx_runner`, as every ONNX row);
 * ``onnxruntime_ours_optimized``: that file after ONNX Runtime's transformer optimizer
@@ -51,6 +56,8 @@ import time
 import mxnet as mx
 import numpy as onp
 
+from gluon_attention.core.matmul import bfloat16_problem
+from gluon_attention.core.matmul_graph import Bfloat16Graph
 from gluon_attention.data import squad
 from gluon_attention.export.block import export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
@@ -73,7 +80,8 @@ N_BEST, MAX_ANSWER_LENGTH = 20, 30      # the job's decoding defaults
 # The rows, in the order each batch starts its turn at (see _interleaved).
 ORT_ROWS = ('onnxruntime', 'onnxruntime_ours_optimized', 'ours_int8')
 HF_ROWS = ('onnxruntime_hf_optimized', 'onnxruntime_hf_int8')
-IMPLS = ('ours_exported',) + ORT_ROWS + (TORCH,) + HF_ROWS
+BFLOAT16_ROW = 'ours_exported_bfloat16'
+IMPLS = ('ours_exported', BFLOAT16_ROW) + ORT_ROWS + (TORCH,) + HF_ROWS
 ONNX_MODULES = ('onnxruntime', 'onnx', 'sympy')      # the [onnx] extra
 
 
@@ -208,16 +216,22 @@ def _mx_inputs(batch, ctx=None):
             for k in INPUT_NAMES]
 
 
-def ours_runner(prefix, static_alloc=True, static_shape=False, backend=None):
+def ours_runner(prefix, static_alloc=True, static_shape=False, backend=None,
+                matmul_dtype='float32'):
     """A callable ``run(batch) -> (seconds, outputs)`` of the exported graph at ``prefix``.
 
     ``SymbolBlock.imports`` (:func:`import_block`), then ``hybridize(static_alloc,
     static_shape)``; ``backend`` (e.g. ``'ONEDNN'``) partitions the graph with
-    ``optimize_for`` on the first batch. The seconds include building the inputs and waiting
-    for every output, as a caller reading the answers would.
+    ``optimize_for`` on the first batch. ``matmul_dtype='bfloat16'``: the graph through
+    :meth:`Bfloat16Graph.from_exported` instead (``static_alloc``; the other options unused).
+    The seconds include building the inputs and waiting for every output, as a caller reading
+    the answers would.
     """
-    block, _ = import_block(prefix)
-    block.hybridize(static_alloc=static_alloc, static_shape=static_shape)
+    if matmul_dtype == 'bfloat16':
+        block, backend = Bfloat16Graph.from_exported(prefix), None
+    else:
+        block, _ = import_block(prefix)
+        block.hybridize(static_alloc=static_alloc, static_shape=static_shape)
     state = {'optimized': backend is None}
 
     def run(batch):
@@ -343,12 +357,19 @@ def _qa_runners(folder, found, threads, torch_python, peer_script, model_dir, tu
     model = _random_qa_model(model_dir, 0) if tuned is None else load_qa_model(tuned, [mx.cpu()])
     inference, paths = export_qa(model, os.path.join(folder, 'qa'), batches[-1])
     runners = {'ours_exported': _on_batches(ours_runner(os.path.join(folder, 'qa')), batches)}
+    skipped = []
+    if bfloat16_problem() is None:
+        runners[BFLOAT16_ROW] = _on_batches(ours_runner(os.path.join(folder, 'qa'),
+                                                        matmul_dtype='bfloat16'), batches)
+    else:
+        skipped.append(_skip_line((BFLOAT16_ROW,), bfloat16_problem()))
     batches_path = None
     if torch_python:
         weights = {'head/' + k: v for k, v in head_weights(inference).items()}
         batches_path = save_batches(os.path.join(folder, 'batches.npz'), batches, weights)
-    files, skipped = _onnx_files(folder, paths['onnx'], torch_python, peer_script, model_dir,
-                                 batches_path)
+    files, onnx_skipped = _onnx_files(folder, paths['onnx'], torch_python, peer_script,
+                                      model_dir, batches_path)
+    skipped += onnx_skipped
     if not torch_python:       # one line for the peer's rows (the HF ones: if ONNX can run)
         skipped.append(_skip_line((TORCH,) + (HF_ROWS if files else ()),
                                   'no interpreter with torch and transformers (make bench '

@@ -12,11 +12,12 @@ import re
 import mxnet as mx
 import numpy as onp
 
-from gluon_attention import checks
+from gluon_attention import checks, hardware
 from gluon_attention.files import atomic_path, atomic_write_json
+from gluon_attention.hardware import amx_in_use
 
 __all__ = ['CTX_FORMS', 'parse_ctx', 'parse_devices', 'seed_step', 'atomic_path',
-           'atomic_write_json']
+           'atomic_write_json', 'products_record']
 
 #: The accepted ``--ctx`` forms (comma-separated, no repeats).
 CTX_FORMS = "'cpu', 'gpu', 'cpu(N)', 'gpu(N)', comma-separated without repeats (e.g. 'cpu(0),cpu(1)')"
@@ -82,3 +83,11 @@ def seed_step(seed, step):
     """
     mx.random.seed((seed * 1000003 + step) % (2 ** 31 - 1))
     return onp.random.RandomState((seed * 7919 + step) % (2 ** 31 - 1))
+
+
+def products_record(matmul_dtype):
+    """How this process ran its dense products, for a run's metrics: ``matmul_dtype``, ``amx``
+    (whether gluon_attention gave oneDNN AMX at import: the recorded decision, no timed probe)
+    and ``amx_reason`` (why, one sentence)."""
+    return {'matmul_dtype': matmul_dtype, 'amx': amx_in_use(),
+            'amx_reason': hardware(verify=False).reason}

@@ -126,7 +126,8 @@ def _stage(files, stage, settings):
     return max(os.path.getmtime(p) for p in sources + [serve_json])
 
 
-def build_archive(model_dir, graph, store, name, limits, features_per_pass, threshold=None):
+def build_archive(model_dir, graph, store, name, limits, features_per_pass, threshold=None,
+                  matmul_dtype='float32'):
     """Write ``<store>/<name>.mar`` unless it is newer than every file it holds.
 
     Parameters
@@ -144,6 +145,8 @@ def build_archive(model_dir, graph, store, name, limits, features_per_pass, thre
         Largest number of features in one forward pass.
     threshold : float, optional
         The null threshold; None: the one saved in the model folder.
+    matmul_dtype : {'float32', 'bfloat16'}
+        The dtype the worker runs the graph's dense products in (``serve.json``).
 
     Returns
     -------
@@ -163,7 +166,7 @@ def build_archive(model_dir, graph, store, name, limits, features_per_pass, thre
     files = archived_files(model_dir, graph)
     settings = {'model': 'model', 'graph': 'graph/qa', 'features_per_pass': features_per_pass,
                 'limits': dataclasses.asdict(limits), 'threshold': threshold,
-                'files': sorted(files)}
+                'matmul_dtype': matmul_dtype, 'files': sorted(files)}
     newest = _stage(files, stage, settings)
     path = os.path.join(store, name + '.mar')
     if os.path.isfile(path) and os.path.getmtime(path) > newest:

@@ -2,6 +2,8 @@
 instance's ``instance.json`` are generated from them."""
 import dataclasses
 
+from gluon_attention.core.matmul import MATMUL_DTYPES
+
 from ..engine.config import option
 
 __all__ = ['ServeConfig', 'JVM_ARGS']
@@ -36,6 +38,10 @@ class ServeConfig:
     null_score_diff_threshold: str = option(
         'auto', "answer '' where a question's null score difference exceeds this number; "
                 "'auto': the threshold saved in the model folder")
+    matmul_dtype: str = option('float32', "dtype of the graph's dense products; 'bfloat16' (CPU, "
+                               'oneDNN; fast where the worker gets AMX) casts the product '
+                               'weights once when a worker loads the graph (the archive stays '
+                               'float32)', choices=MATMUL_DTYPES)
     features_per_pass: int = option(32, 'features in one forward pass at most (a batch whose '
                                     'questions make more runs several passes)')
     response_timeout: int = option(120, 'seconds a worker may take for one batch before the '

@@ -2,8 +2,11 @@
 
 The archive (see :mod:`~jobs.serve.archive`) holds the fine-tuned model folder
 (``model/``), its exported ``QAInference`` graph (``graph/qa-*``) and ``serve.json`` (features
-per forward pass, request limits). The worker loads the graph with ``SymbolBlock.imports`` through
-:class:`QAPredictor` (``graph=``), so the server answers as ``run_squad.py predict`` does.
+per forward pass, request limits, the products' dtype). The worker loads the graph with
+``SymbolBlock.imports`` through :class:`QAPredictor` (``graph=``), so the server answers as
+``run_squad.py predict`` does; with ``matmul_dtype`` 'bfloat16' (``serve.py start --matmul-dtype``)
+it loads it through ``Bfloat16Graph`` instead (``kernels=Kernels(matmul_dtype='bfloat16')``): the
+worker, a process of its own, made its own AMX decision when it imported gluon_attention.
 
 The server hands :func:`handle` a batch of requests (its ``batch_size``/``max_batch_delay``); every
 valid question of the batch is answered in one :meth:`QAPredictor.answer_batch` call (the features
@@ -19,6 +22,7 @@ import logging
 import os
 from http import HTTPStatus
 
+from gluon_attention import Kernels, hardware
 from gluon_attention.data import squad
 from gluon_attention.pipelines import QAPredictor
 from gluon_attention.pipelines.features import eval_features
@@ -46,9 +50,13 @@ class QAService:
             settings = json.load(handle)
         folder = os.path.join(root, settings['model'])
         self.limits = Limits(**settings['limits'])
+        kernels = Kernels(matmul_dtype=settings.get('matmul_dtype', 'float32'))
         self.predictor = QAPredictor.from_folder(
             folder, graph=os.path.join(root, settings['graph']),
-            threshold=settings['threshold'], batch_size=settings['features_per_pass'])
+            threshold=settings['threshold'], batch_size=settings['features_per_pass'],
+            kernels=kernels)
+        # the worker is a process of its own: gluon_attention decided AMX at its import
+        _LOG.info('dense products in %s; %s', kernels.matmul_dtype, hardware(verify=False).reason)
         self.tokenizer = self.predictor.tokenizer
         qa_config = self.predictor.qa_config
         self.lengths = qa_config['eval_max_seq_length'], qa_config['max_query_length']

@@ -309,6 +309,7 @@ def start(config, log=print):
     check_runtime()
     check_model_folder(config.model_dir, fine_tuned=True)
     _threshold(config)
+    gluon_attention.Kernels(matmul_dtype=config.matmul_dtype).resolve()  # bfloat16 runs here
     paths = instance_paths(config.instance_dir)
     if running_pid(config.instance_dir):
         fail('--instance-dir must not hold a running server (stop it: scripts/serve.py stop '
@@ -320,7 +321,8 @@ def start(config, log=print):
         os.makedirs(paths[key], exist_ok=True)
     graph = _resolve_graph(config, paths, log)
     archive, built = build_archive(config.model_dir, graph, paths['store'], config.model_name,
-                                   Limits(), config.features_per_pass, _threshold(config))
+                                   Limits(), config.features_per_pass, _threshold(config),
+                                   config.matmul_dtype)
     log('{} {}'.format('archived' if built else 'archive up to date:', archive))
     _properties(config, paths)
     deadline = time.time() + config.start_timeout

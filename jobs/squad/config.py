@@ -74,6 +74,13 @@ def onnx_model_option():
                   "those the file was written with ('': the MXNet graph)")
 
 
+def inference_dtype_option():
+    """--matmul-dtype of evaluate and predict."""
+    return option('float32', "dtype of the model's dense products; 'bfloat16' (CPU, oneDNN; fast "
+                  'on AMX) keeps float32 weights, inputs and accumulation (the saved model is '
+                  'not changed)', choices=MATMUL_DTYPES)
+
+
 @dataclasses.dataclass
 class EvalFileOptions(QAOptions):
     """The evaluation file of evaluate and train."""
@@ -92,6 +99,7 @@ class EvalFileOptions(QAOptions):
 class EvaluateConfig(EvalFileOptions):
     """evaluate: score a model folder on a SQuAD file with answers."""
     onnx_model: str = onnx_model_option()
+    matmul_dtype: str = inference_dtype_option()
 
 
 @dataclasses.dataclass
@@ -129,6 +137,7 @@ class PredictConfig(QAOptions):
                         'object (text, start, end, score, null_score_diff, threshold, best_span, '
                         'best_span_start, best_span_end; inf written as null)')
     onnx_model: str = onnx_model_option()
+    matmul_dtype: str = inference_dtype_option()
 
 
 @dataclasses.dataclass
@@ -283,6 +292,9 @@ def check_config(config):
              max_steps=config.max_steps)
     if getattr(config, 'onnx_model', '') and not os.path.isfile(config.onnx_model):
         fail('--onnx-model must name an existing .onnx file', onnx_model=config.onnx_model)
+    if getattr(config, 'onnx_model', '') and config.matmul_dtype != 'float32':
+        fail('--matmul-dtype applies to the MXNet model: give it or --onnx-model, not both',
+             matmul_dtype=config.matmul_dtype, onnx_model=config.onnx_model)
     if isinstance(config, PredictConfig):
         _check_predict_inputs(config)
 

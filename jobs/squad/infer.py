@@ -18,11 +18,13 @@ from typing import Optional
 
 import mxnet as mx
 
+from gluon_attention import Kernels
 from gluon_attention.checks import fail
 from gluon_attention.data import squad
 from gluon_attention.pipelines import (NullThreshold, QAFolder, QAPredictor, load_qa_folder,
                                        load_qa_model)
 
+from ..engine.common import products_record
 from .config import THRESHOLD_NAME
 from .data import check_data_files, check_not_trained_on, data_path, load_eval_examples
 from .evaluation import (EvalSet, contexts_of, eval_progress, infer, score_and_write,
@@ -53,6 +55,8 @@ class EvaluateJob:
         :func:`~jobs.squad.data.check_not_trained_on`, added to the metrics.
     onnx_block : OnnxQABlock or None
         The ``--onnx-model`` file, loaded (None without it).
+    kernels : Kernels
+        The model's kernel choice (``--matmul-dtype``), checked on ``contexts``.
     """
     contexts: list[mx.Context]
     folder: QAFolder
@@ -60,6 +64,7 @@ class EvaluateJob:
     threshold: NullThreshold
     overlap: dict
     onnx_block: Optional['OnnxQABlock'] = None
+    kernels: Kernels = Kernels()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +81,14 @@ class PredictJob:
         The questions of ``--predict-file``; None for one ``--question``.
     onnx_block : OnnxQABlock or None
         The ``--onnx-model`` file, loaded (None without it).
+    kernels : Kernels
+        The model's kernel choice (``--matmul-dtype``), checked on ``contexts``.
     """
     contexts: list[mx.Context]
     folder: QAFolder
     examples: Optional[list[squad.SquadExample]]
     onnx_block: Optional['OnnxQABlock'] = None
+    kernels: Kernels = Kernels()
 
 
 def _onnx_block(config):
@@ -91,6 +99,14 @@ def _onnx_block(config):
     # pylint: disable-next=import-outside-toplevel
     from gluon_attention.pipelines.onnx import OnnxQABlock
     return OnnxQABlock(config.onnx_model, config.threads or None)
+
+
+def inference_kernels(config, contexts):
+    """The Kernels of ``--matmul-dtype``; ValueError (naming ``matmul_dtype``) where its products
+    cannot run on ``contexts`` (:meth:`Kernels.resolve`), before any work."""
+    kernels = Kernels(matmul_dtype=config.matmul_dtype)
+    kernels.resolve(contexts)
+    return kernels
 
 
 def results_folder(config, command):
@@ -108,7 +124,7 @@ def answer_features(config, job):
         # pylint: disable-next=import-outside-toplevel
         from gluon_attention.pipelines.onnx import run_onnx_squad
         return run_onnx_squad(job.onnx_block.session, features, config.eval_batch_size)
-    model = load_qa_model(job.folder, job.contexts)
+    model = load_qa_model(job.folder, job.contexts, job.kernels)
     return infer(model, features, config, job.contexts[0])[1]
 
 
@@ -116,6 +132,7 @@ def prepare_evaluate(config):
     """Devices, the model folder's settings and tokenizer, evaluation questions and features."""
     check_data_files(config)
     contexts, folder = contexts_of(config), load_qa_folder(model_folder(config))
+    kernels = inference_kernels(config, contexts)
     model_config = folder.qa_config
     threshold = config.null_threshold.resolve(model_config, config.version_2_with_negative,
                                               THRESHOLD_NAME)
@@ -126,7 +143,7 @@ def prepare_evaluate(config):
     eval_set = EvalSet.from_examples(examples, folder.tokenizer(),
                                      model_config['eval_max_seq_length'],
                                      model_config['max_query_length'])
-    return EvaluateJob(contexts, folder, eval_set, threshold, overlap, onnx_block)
+    return EvaluateJob(contexts, folder, eval_set, threshold, overlap, onnx_block, kernels)
 
 
 def run_evaluate(config, job):
@@ -135,6 +152,7 @@ def run_evaluate(config, job):
     start = time.time()
     outputs = answer_features(config, job)
     extra = {'eval_seconds': round(time.time() - start, 1), 'model_dir': job.folder.path}
+    extra.update(products_record(job.kernels.matmul_dtype))
     if config.onnx_model:
         extra['onnx_model'] = config.onnx_model
     folder = results_folder(config, 'evaluate')
@@ -148,6 +166,7 @@ def run_evaluate(config, job):
 def prepare_predict(config):
     """Devices, the model folder and its threshold, the questions of ``--predict-file``."""
     contexts, folder = contexts_of(config), load_qa_folder(model_folder(config))
+    kernels = inference_kernels(config, contexts)
     model_config = folder.qa_config
     config.null_threshold.resolve(model_config, model_config['version_2_with_negative'],
                                   THRESHOLD_NAME)
@@ -158,7 +177,7 @@ def prepare_predict(config):
         if not examples:
             fail('--predict-file must hold at least one question',
                  predict_file=config.predict_file)
-    return PredictJob(contexts, folder, examples, _onnx_block(config))
+    return PredictJob(contexts, folder, examples, _onnx_block(config), kernels)
 
 
 def run_predict(config, job):
@@ -167,7 +186,7 @@ def run_predict(config, job):
     predictor = QAPredictor.from_folder(
         job.folder, ctx=job.contexts[0], threshold=config.null_threshold,
         batch_size=config.eval_batch_size, max_answer_length=config.max_answer_length,
-        start_top_n=config.start_top_n, end_top_n=config.end_top_n)
+        start_top_n=config.start_top_n, end_top_n=config.end_top_n, kernels=job.kernels)
     if job.onnx_block is not None:    # the folder still gives the tokenizer, lengths, threshold
         predictor.block = job.onnx_block
     threshold = predictor.threshold
@@ -181,7 +200,9 @@ def run_predict(config, job):
     final = results['final_predictions']
     folder = results_folder(config, 'predict')
     write_predictions(folder, results)
-    print('{} answers ({} with no answer) written to {} (threshold {:.4g}: {})'.format(
-        len(final), sum(not text for text in final.values()), folder, threshold.value,
-        threshold.source))
+    record = products_record(job.kernels.matmul_dtype)
+    print('{} answers ({} with no answer) written to {} (threshold {:.4g}: {}; matmul dtype {}, '
+          'AMX {})'.format(len(final), sum(not text for text in final.values()), folder,
+                          threshold.value, threshold.source, record['matmul_dtype'],
+                          'on' if record['amx'] else 'off'))
     return 0

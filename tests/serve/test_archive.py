@@ -1,17 +1,23 @@
 """The model archive holds what the handler reads (graph, qa_config.json, the tokenizer file it
 loads, serve.json) and not the folder's weights; a stage left by an earlier layout is cleaned and
-the archive rebuilt; an unchanged one is not rebuilt."""
+the archive rebuilt; an unchanged one is not rebuilt; an archive built with matmul_dtype
+'bfloat16' makes the handler run the bfloat16 graph, answering as the bfloat16 predictor does."""
 import os
 import shutil
 import zipfile
 
 import pytest
 
+from gluon_attention import Kernels
+from gluon_attention.core.matmul import bfloat16_problem
+from gluon_attention.core.matmul_graph import Bfloat16Graph
 from gluon_attention.data import squad
+from gluon_attention.pipelines import QAPredictor
 from jobs.serve.archive import archived_files, build_archive
+from jobs.serve.handler import QAService
 from jobs.serve.protocol import Limits
 
-from serve_helpers import tiny_model
+from serve_helpers import questions, tiny_model
 
 pytest.importorskip('model_archiver', reason='the [serve] extra (model-archiver) is not installed')
 
@@ -50,3 +56,22 @@ def test_archive_holds_the_graph_qa_config_and_tokenizer_only(tmp_path):
     shutil.copyfile(model / 'qa_config.json', model / 'qa_config.json.new')   # a newer file
     os.replace(model / 'qa_config.json.new', model / 'qa_config.json')
     assert build_archive(str(model), graph, str(store), 'squad', Limits(), 8) == (path, True)
+
+
+@pytest.mark.skipif(bfloat16_problem() is not None, reason='no bfloat16 products here')
+def test_a_bfloat16_archive_answers_as_the_bfloat16_graph_predictor(tmp_path):
+    root = tiny_model(tmp_path)
+    model, graph, store = root / 'model', str(root / 'export' / 'qa'), root / 'inst' / 'store'
+    store.mkdir(parents=True)
+    path, _ = build_archive(str(model), graph, str(store), 'squad', Limits(), 8,
+                            matmul_dtype='bfloat16')
+    zipfile.ZipFile(path).extractall(tmp_path / 'unpacked')
+    service = QAService(str(tmp_path / 'unpacked'))
+    assert isinstance(service.predictor.block, Bfloat16Graph)
+    pairs = [(q['question'], q['context']) for q in questions(6)]
+    want = QAPredictor.from_folder(str(model), graph=graph,
+                                   kernels=Kernels(matmul_dtype='bfloat16')).answer_batch(pairs)
+    for got, expected in zip(service.predictor.answer_batch(pairs), want):
+        assert (got.text, got.start, got.end, got.best_span) == (
+            expected.text, expected.start, expected.end, expected.best_span)
+        assert got.null_score_diff == pytest.approx(expected.null_score_diff, abs=1e-4)

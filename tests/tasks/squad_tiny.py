@@ -20,6 +20,8 @@ from gluon_attention.models.encoder import BertEncoder
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / 'scripts' / 'run_squad.py'
 TIMING_KEYS = ('train_seconds', 'train_features_per_second', 'eval_seconds')
+#: The model folder and exported graph written at commit da7f4ab (see its README.md).
+LEGACY = ROOT / 'tests' / 'fixtures' / 'legacy_da7f4ab'
 
 
 def make_tiny_bert(folder, seed=0, num_layers=1):
@@ -70,6 +72,16 @@ def run_script(*args, timeout=300):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONWARNINGS='ignore')
     return subprocess.run([sys.executable, str(SCRIPT)] + [str(a) for a in args],
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def copy_legacy(root):
+    """Copy the legacy fixture's ``model/`` (with the pretrained package's tokenizer files, which
+    it was trained with) and ``export/`` into ``root``; returns (model folder, graph prefix)."""
+    shutil.copytree(LEGACY / 'model', root / 'model')
+    for name in ('vocab.txt', 'tokenizer.json'):
+        shutil.copyfile(default_model_dir() / name, root / 'model' / name)
+    shutil.copytree(LEGACY / 'export', root / 'export')
+    return root / 'model', root / 'export' / 'qa'
 
 
 def read_json(path):

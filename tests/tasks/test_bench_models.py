@@ -19,6 +19,7 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
+from gluon_attention.core.matmul import bfloat16_problem
 from gluon_attention.data import squad
 from gluon_attention.models.qa import ModelForQAConditional, QAInference
 from gluon_attention.models.encoder import BertEncoder
@@ -72,14 +73,18 @@ def test_qa_inference_rows_time_every_question_and_say_which_rows_are_left_out(
     monkeypatch.setattr(bench_qa, 'ONNX_MODULES', ('onnxruntime', 'ga_no_such_module'))
     rows = bench_qa.qa_inference_rows('unused', 1, None, rounds=1, warmup=0,
                                       model_dir=tiny_bert, **TINY_QA)
-    assert [r['impl'] for r in rows] == ['ours_exported'] and rows[0]['ratio'] == {}
-    assert rows[0]['answers_kept'] == 1.0 and rows[0]['f1'] is None    # random heads: no F1
+    bfloat16 = [bench_qa.BFLOAT16_ROW] if bfloat16_problem() is None else []
+    assert [r['impl'] for r in rows] == ['ours_exported'] + bfloat16
+    assert rows[0]['ratio'] == {} and rows[0]['answers_kept'] == 1.0
+    assert all(r['f1'] is None for r in rows)                           # random heads: no F1
+    assert all(0 <= r['answers_kept'] <= 1 for r in rows)
     _check_rows(rows, 'qa_inference', 'infer', 'questions/s', 3)
     questions, batches = bench_qa.eval_batches(model_dir=tiny_bert, **TINY_QA)
     assert questions == 3 and all(r['shape'] == [4, 64] for r in rows)
     lengths = [b['input_ids'].shape[1] for b in batches]
     assert lengths == sorted(lengths) and all(t % 8 == 0 and t <= 64 for t in lengths)
-    model, onnx, peer = _printed(capsys)
+    model, *bfloat16_line, onnx, peer = _printed(capsys)
+    assert len(bfloat16_line) == (not bfloat16)
     assert 'random heads' in model and 'no F1' in model
     assert onnx.startswith('qa_inference: no onnxruntime, onnxruntime_ours_optimized, ours_int8, '
                            'onnxruntime_hf_optimized, onnxruntime_hf_int8 rows: ')
@@ -130,7 +135,8 @@ def _check_quality(byname, names):
 
 def test_qa_inference_rows_of_a_fine_tuned_folder_give_answers_kept_and_f1(tuned_rows):
     byname, printed, folder = tuned_rows
-    assert set(byname) == {'ours_exported'} | ONNX_ROWS
+    bfloat16 = {bench_qa.BFLOAT16_ROW} if bfloat16_problem() is None else set()
+    assert set(byname) == {'ours_exported'} | ONNX_ROWS | bfloat16
     _check_rows(list(byname.values()), 'qa_inference', 'infer', 'questions/s', 3)
     assert all(r['shape'] == [4, 64] for r in byname.values())   # the folder's eval length
     # the reference: the job's own evaluation path on the folder (threshold 0.5)
@@ -143,12 +149,12 @@ def test_qa_inference_rows_of_a_fine_tuned_folder_give_answers_kept_and_f1(tuned
     assert byname['ours_exported']['answers_kept'] == 1.0
     assert byname['ours_exported']['f1'] == pytest.approx(want_f1)
     assert byname['onnxruntime']['answers_kept'] == 1.0      # float32, equal within 1e-4
-    _check_quality(byname, ONNX_ROWS)
+    _check_quality(byname, ONNX_ROWS | bfloat16)
     assert printed[0].startswith('qa_inference: the fine-tuned model ') and 'F1' in printed[0]
-    assert printed[1:] == ['qa_inference: no torch_transformers, onnxruntime_hf_optimized, '
-                           'onnxruntime_hf_int8 rows: no interpreter with torch and '
-                           'transformers (make bench installs .venv-peer; benchmark.py '
-                           '--torch-python)']
+    assert printed[1 + (not bfloat16):] == [
+        'qa_inference: no torch_transformers, onnxruntime_hf_optimized, onnxruntime_hf_int8 '
+        'rows: no interpreter with torch and transformers (make bench installs .venv-peer; '
+        'benchmark.py --torch-python)']
 
 
 @pytest.mark.slow          # the peer's torch.onnx.export alone takes about 10 s
@@ -270,9 +276,10 @@ def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
                throughput=10.0, unit='features/s')
     info = dict(threads=2, OMP_NUM_THREADS='2', cpu_count=2, mxnet='1.9.1', numpy='1.23.5',
                 gluonnlp=None, torch='2.13.0', python='3.11', commit='abc', fused_isa='avx2',
-                cpu_features='avx2 fma')
+                cpu_features='avx2 fma', amx=False, amx_reason='the CPU has no AMX')
     table = script.markdown([row], info, 100.0)
     assert 'Fused kernel: avx2 path (CPU instruction sets: avx2 fma)' in table
+    assert 'AMX not used for the bfloat16 rows (the CPU has no AMX).' in table
     assert ('| squad_step | train | ours | 1.600 | 10.00 features/s | 1.25x | - | - | - | - | - |'
             in table)
 

@@ -12,11 +12,10 @@ import mxnet as mx
 import numpy as onp
 import pytest
 
-from gluon_attention._resources import default_model_dir
 from gluon_attention.data import squad
 from gluon_attention.pipelines import QAAnswer, QAPredictor
 
-from squad_tiny import SCRIPT, read_json
+from squad_tiny import SCRIPT, copy_legacy, read_json
 
 LEGACY = Path(__file__).resolve().parents[1] / 'fixtures' / 'legacy_da7f4ab'
 
@@ -30,10 +29,7 @@ def legacy(tmp_path_factory):
     """The legacy model folder (with the tokenizer files it was trained with), both predictors
     and the first 12 questions of haystack-small (what the fixture's predictions are of)."""
     root = tmp_path_factory.mktemp('legacy')
-    shutil.copytree(LEGACY / 'model', root / 'model')
-    for name in ('vocab.txt', 'tokenizer.json'):
-        shutil.copyfile(default_model_dir() / name, root / 'model' / name)
-    shutil.copytree(LEGACY / 'export', root / 'export')
+    copy_legacy(root)
     examples = squad.read_squad(squad.default_data_path('haystack-small'))[:12]
     return {'folder': root / 'model', 'examples': examples,
             'model': QAPredictor.from_folder(root / 'model', batch_size=5),
