@@ -5,7 +5,8 @@ median time, GFLOP/s (forward 4*B*K*L_q*L_m*C, forward+backward 3x that), fracti
 machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer measured in the same
 rounds, and for the long configurations the peak memory of a separate process per
 implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
-``jobs.bench.models``): throughput, ratio to PyTorch + transformers, ONNX
+``jobs.bench.models``; ``bert_models``: BERT-base and BERT-large against GluonNLP 0.10 with
+oneDNN's fusion, ``jobs.bench.bert_models``): throughput, ratio to PyTorch + transformers, ONNX
 Runtime and ONNX Runtime on the fused Hugging Face export (float32 and INT8), and for
 ``qa_inference`` the answers kept against our float32 graph and F1 (``--qa-model-dir``);
 ``--modes`` does not apply to them.
@@ -24,7 +25,7 @@ import time
 # the repository root, for the jobs (jobs/, not part of the installed package)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-MODEL_CONFIGS = ('squad_step', 'qa_inference')
+MODEL_CONFIGS = ('squad_step', 'qa_inference', 'bert_models')
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode') + MODEL_CONFIGS
 PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
@@ -187,11 +188,14 @@ def measure(args, torch_peer, python, on_row=None):
 
 
 def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir=''):
-    """The rows of a whole-model configuration ('squad_step' or 'qa_inference') at full size;
+    """The rows of a whole-model configuration ('squad_step', 'qa_inference' or
+    'bert_models') at full size;
     ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
     ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
     ('': the pretrained encoder under random heads)."""
-    from jobs.bench import models, qa
+    from jobs.bench import bert_models, models, qa
+    if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
+        return bert_models.bert_model_rows(rounds=rounds)
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
     if config == 'squad_step':
@@ -225,6 +229,7 @@ def versions(args, torch_peer):
 
 
 def markdown(rows, info, limit):
+    from jobs.bench.bert_models import bert_models_table
     from jobs.bench.models import model_table
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
@@ -245,7 +250,7 @@ def markdown(rows, info, limit):
         cells += ['%.2fx' % ratio[p] if p in ratio else '-' for p in PEERS]
         cells.append('%.0f' % row['peak_mb'] if row.get('peak_mb') is not None else '-')
         lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines + model_table(rows)) + '\n'
+    return '\n'.join(lines + model_table(rows) + bert_models_table(rows)) + '\n'
 
 
 def main(argv=None):

@@ -1,0 +1,231 @@
+"""The ``bert_models`` rows of ``scripts/benchmark.py``: whole BERT encoders at production size
+against GluonNLP 0.10, the fastest BERT MXNet 1.9 itself offers.
+
+One GluonNLP 0.10 ``BERTModel`` per size (``bert_12_768_12``: 12 layers x 768, 12 heads;
+``bert_24_1024_16``: 24 x 1024, 16 heads; a vocabulary of 30522 tokens, weights N(0, 0.02)),
+built offline, saved with ``save_parameters`` and converted with
+:func:`gluon_attention.convert.from_gluonnlp` into our
+:class:`~gluon_attention.models.encoder.BertEncoder`: both sides hold the same weights. Inference,
+batch 8, T = 128 and 384 (every other sequence loses an eighth of T to padding), float32,
+forward only, the sequence output waited for. Rows (``impl``):
+
+* ``ours``: ``BertEncoder`` hybridized (static alloc and shape), default ``Kernels()``;
+* ``ours_bfloat16``: the same with ``Kernels(matmul_dtype='bfloat16')`` (left out, with a line
+  saying why, where MXNet cannot run bfloat16 products);
+* ``gluonnlp_0.10_onednn``: the 0.10 model after ``optimize_for(backend='MKLDNN')`` with static
+  alloc and shape: its ``DotProductSelfAttentionCell`` (``interleaved_matmul_selfatt_qk`` /
+  ``_valatt``) becomes oneDNN's ``_sg_mkldnn_selfatt_qk`` / ``_valatt``, checked in the
+  partitioned graph (RuntimeError when absent);
+* ``gluonnlp_0.10``: the 0.10 model hybridized without a backend, at BERT-base T=128 only
+  (about 20 times slower than the fused one).
+
+All rows of one shape run interleaved in this process (ours, ours_bfloat16, fused, plain, ours,
+...), one warm-up round then ``rounds`` timed ones (BERT-large at T=384: fewer);
+time = the median. Rows keep the whole-model keys of :mod:`~jobs.bench.models` (``unit``
+features/s) with ``ratio`` against :data:`REFERENCE` only, and add ``model`` (the zoo name) and
+``isa`` (the instruction set the products ran on: the CPU's vector level, and AMX or not for
+the bfloat16 row). Glossary: B batch, T sequence length, V vocabulary size.
+"""
+import contextlib
+import tempfile
+
+import mxnet as mx
+import numpy as onp
+
+from gluon_attention.convert import ARCHITECTURES, from_gluonnlp
+from gluon_attention.core.kernels import Kernels
+from gluon_attention.core.matmul import bfloat16_problem
+from gluon_attention.hardware import amx_in_use, cpu_flags
+from gluon_attention.models.encoder import BertEncoder
+
+from .attention import interleaved_medians
+
+__all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'FUSED_OPS', 'gluonnlp_bert',
+           'fused_op_names', 'bert_inputs', 'isa_of', 'runners', 'bert_model_rows',
+           'bert_models_table']
+
+CONFIG = 'bert_models'
+MODELS = ('bert_12_768_12', 'bert_24_1024_16')
+LENGTHS = (128, 384)
+BATCH, VOCAB_SIZE = 8, 30522
+REFERENCE = 'gluonnlp_0.10_onednn'
+PLAIN = 'gluonnlp_0.10'
+FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
+_SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
+
+
+@contextlib.contextmanager
+def _legacy():
+    """0.10 blocks run outside numpy mode."""
+    with mx.util.np_array(False), mx.util.np_shape(False):
+        yield
+
+
+def _build_010(model_name, sizes, vocab_size):
+    """A 0.10 ``BERTModel`` (sequence output only), not initialised; build it in legacy mode."""
+    from gluonnlp.model import bert as gbert  # pylint: disable=import-outside-toplevel
+    config = ARCHITECTURES[model_name]
+    encoder = gbert.BERTEncoder(dropout=0.0, layer_norm_eps=config['layer_norm_eps'],
+                                activation=config['activation'], **sizes)
+    return gbert.BERTModel(encoder, vocab_size=vocab_size, token_type_vocab_size=2,
+                           units=sizes['units'], embed_size=sizes['units'], use_pooler=False,
+                           use_decoder=False, use_classifier=False)
+
+
+def gluonnlp_bert(model_name, sizes, vocab_size, folder, seed=0):
+    """A 0.10 ``BERTModel`` of the zoo family ``model_name`` at ``sizes`` (dict of
+    ``num_layers``, ``units``, ``hidden_size``, ``num_heads``, ``max_length``), V =
+    ``vocab_size``, weights N(0, 0.02) from ``seed``, saved as ``folder``/net.params with its
+    vocabulary and converted into ``folder``/ours. Returns the two paths."""
+    import gluonnlp as nlp  # pylint: disable=import-outside-toplevel
+    words = ['w%d' % i for i in range(vocab_size - 5)]          # + 5 special tokens
+    params, vocab_file, ours = ('%s/%s' % (folder, n) for n in ('net.params', 'net.vocab', 'ours'))
+    with _legacy():
+        vocab = nlp.vocab.BERTVocab(nlp.data.count_tokens(words))
+        net = _build_010(model_name, sizes, len(vocab))
+        mx.random.seed(seed)
+        net.initialize(mx.init.Normal(0.02))
+        ids = mx.nd.ones((1, 4))
+        net(ids, ids, mx.nd.array([4]))                          # deferred shapes
+        net.save_parameters(params)
+    with open(vocab_file, 'w', encoding='utf-8') as out:
+        out.write(vocab.to_json())
+    from_gluonnlp(params, model_name, vocab_file, ours, sizes=sizes)
+    return params, ours
+
+
+def fused_op_names(net):
+    """The oneDNN self-attention operators in ``net``'s partitioned graph (after
+    ``optimize_for``), sorted."""
+    graph = net._cached_graph[1].tojson()  # pylint: disable=protected-access
+    return sorted({name for name in FUSED_OPS if '"%s"' % name in graph})
+
+
+def bert_inputs(length, vocab_size, seed=0, batch=BATCH):
+    """Ids and token types int32 (B, T) (the second half of each sequence type 1), valid
+    lengths int32 (B,): every other sequence loses T // 8 to padding."""
+    rng = onp.random.RandomState(seed)
+    ids = rng.randint(5, vocab_size, (batch, length)).astype(onp.int32)
+    types = onp.zeros_like(ids)
+    types[:, length // 2:] = 1
+    valid = onp.array([length - (length // 8) * (i % 2) for i in range(batch)], onp.int32)
+    return ids, types, valid
+
+
+def _ours_runner(folder, inputs, kernels):
+    encoder = BertEncoder.from_pretrained(folder, dropout=0.0, attention_dropout=0.0,
+                                          kernels=kernels)
+    encoder.hybridize(static_alloc=True, static_shape=True)
+    arrays = [mx.np.array(x, dtype='int32') for x in inputs]
+
+    def run():
+        out = encoder(*arrays)
+        out.wait_to_read()
+        return out
+    return run
+
+
+def _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, fused):
+    """0.10's model loaded from ``params``, fused by oneDNN (``fused``) or plainly hybridized."""
+    with _legacy():
+        net = _build_010(model_name, sizes, vocab_size)
+        net.load_parameters(params)
+        arrays = [mx.nd.array(x, dtype='float32') for x in inputs]
+        if fused:
+            net.optimize_for(*arrays, backend='MKLDNN', static_alloc=True, static_shape=True)
+            found = fused_op_names(net)
+            if found != sorted(FUSED_OPS):
+                raise RuntimeError('optimize_for(backend=MKLDNN) did not fuse the 0.10 '
+                                   'self-attention: found {}'.format(found))
+        else:
+            net.hybridize(static_alloc=True, static_shape=True)
+
+    def run():
+        with _legacy():
+            out = net(*arrays)
+            out.wait_to_read()
+        return out
+    return run
+
+
+def isa_of(impl):
+    """The instruction set the products of row ``impl`` run on (from /proc/cpuinfo and
+    :func:`gluon_attention.hardware.amx_in_use`)."""
+    flags = cpu_flags()
+    vector = 'avx512' if 'avx512f' in flags else 'avx2' if 'avx2' in flags else 'sse'
+    if impl.endswith('bfloat16'):
+        if amx_in_use():
+            return vector + '+amx'
+        return vector + ('+avx512_bf16 (no amx)' if 'avx512_bf16' in flags else
+                         ' (no bfloat16 instructions)')
+    return vector
+
+
+def runners(model_name, sizes, vocab_size, paths, length, bfloat16):
+    """{impl: zero-argument callable returning the sequence output (B, T, D) float32, ours
+    mx.np, 0.10's mx.nd} of one (model, T)."""
+    params, folder = paths
+    inputs = bert_inputs(length, vocab_size)
+    made = {'ours': _ours_runner(folder, inputs, Kernels())}
+    if bfloat16:
+        made['ours_bfloat16'] = _ours_runner(folder, inputs, Kernels(matmul_dtype='bfloat16'))
+    made[REFERENCE] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, True)
+    if model_name == MODELS[0] and length == LENGTHS[0]:
+        made[PLAIN] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, False)
+    return made
+
+
+def _rows(model_name, length, medians, batch):
+    return [dict(config=CONFIG, model=model_name, shape=[batch, length], mode='infer',
+                 impl=impl, median_s=seconds, gflops=None, peak_mb=None,
+                 throughput=batch / seconds, unit='features/s', isa=isa_of(impl),
+                 ratio={REFERENCE: medians[REFERENCE] / seconds} if impl != REFERENCE else {},
+                 answers_kept=None, f1=None)
+            for impl, seconds in medians.items()]
+
+
+def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LENGTHS, sizes=None,
+                    vocab_size=VOCAB_SIZE, on_rows=None):
+    """Rows of the ``bert_models`` configuration (see the module docstring).
+
+    ``large_long_rounds``: timed rounds of BERT-large at T=384 (None: ``rounds`` - 1, at least
+    1); ``sizes``: {zoo name: sizes} replacing the zoo's (tests); ``on_rows(rows)`` is called after
+    each (model, T). ImportError without gluonnlp; RuntimeError when oneDNN does not fuse.
+    """
+    problem = bfloat16_problem()
+    if problem is not None:
+        print('bert_models: no ours_bfloat16 rows: {}'.format(problem))
+    rows = []
+    large_long_rounds = large_long_rounds or max(1, rounds - 1)
+    for model_name in models:
+        size = (sizes or {}).get(model_name) or {
+            k: ARCHITECTURES[model_name][k] for k in _SIZE_KEYS}
+        with tempfile.TemporaryDirectory() as folder:
+            paths = gluonnlp_bert(model_name, size, vocab_size, folder)
+            for length in lengths:
+                made = runners(model_name, size, vocab_size, paths, length, problem is None)
+                long_large = model_name == MODELS[1] and length == LENGTHS[1]
+                medians = interleaved_medians(
+                    made, large_long_rounds if long_large else rounds)
+                rows += _rows(model_name, length, medians, BATCH)
+                del made
+                print('bert_models {} T={} done'.format(model_name, length), flush=True)
+                if on_rows:
+                    on_rows(rows)
+    return rows
+
+
+def bert_models_table(rows):
+    """Markdown lines of the ``bert_models`` rows (empty when there are none)."""
+    rows = [r for r in rows if r['config'] == CONFIG]
+    if not rows:
+        return []
+    lines = ['', '| model | B x T | implementation | instruction set | median s | features/s '
+             '| vs 0.10 + oneDNN fusion |', '|---|---|---|---|---:|---:|---:|']
+    for row in rows:
+        ratio = row['ratio'].get(REFERENCE)
+        lines.append('| {} | {} x {} | {} | {} | {:.3f} | {:.2f} | {} |'.format(
+            row['model'], row['shape'][0], row['shape'][1], row['impl'], row['isa'],
+            row['median_s'], row['throughput'], '1.00x' if ratio is None else
+            '%.2fx' % ratio))
+    return lines

@@ -1,0 +1,71 @@
+"""The benchmark's ``bert_models`` rows at a tiny size (2 layers, width 16, V = 40): the 0.10
+model, our converted encoder and oneDNN's fused 0.10 graph compute the same hidden states, the
+rows carry the whole-model keys with ratios against the fused 0.10 row, and the table prints them.
+"""
+import numpy as onp
+import pytest
+
+pytest.importorskip('gluonnlp')
+
+from gluon_attention.core.matmul import bfloat16_problem  # noqa: E402
+from jobs.bench import bert_models  # noqa: E402
+
+TINY = dict(num_layers=2, units=16, hidden_size=24, num_heads=2, max_length=512)
+KEYS = {'config', 'model', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_mb',
+        'throughput', 'unit', 'isa', 'answers_kept', 'f1'}
+BASE = bert_models.MODELS[0]
+
+
+def test_every_row_computes_the_hidden_states_of_0_10(tmp_path):
+    paths = bert_models.gluonnlp_bert(BASE, TINY, 40, tmp_path, seed=3)
+    made = bert_models.runners(BASE, TINY, 40, paths, 128, bfloat16_problem() is None)
+    assert {'ours', bert_models.REFERENCE, 'gluonnlp_0.10'} <= set(made)
+    outputs = {name: run().asnumpy() for name, run in made.items()}
+    valid = bert_models.bert_inputs(128, 40)[2]
+    assert sorted(set(valid)) == [112, 128]
+    for name, out in outputs.items():
+        assert out.shape == (8, 128, 16)
+        # bfloat16 products: about 3 significant digits on activations of unit scale
+        tolerance = 5e-2 if name == 'ours_bfloat16' else 1e-5
+        for i, n in enumerate(valid):
+            onp.testing.assert_allclose(out[i, :n], outputs['gluonnlp_0.10'][i, :n],
+                                        atol=tolerance, rtol=0, err_msg=name)
+
+
+def test_rows_give_ratios_against_the_fused_row_and_the_table_prints_them(capsys):
+    rows = bert_models.bert_model_rows(rounds=1, models=(BASE,), lengths=(128, 384),
+                                       sizes={BASE: TINY}, vocab_size=40)
+    names = [(r['shape'][1], r['impl']) for r in rows]
+    plain = [n for n in names if n[1] == 'gluonnlp_0.10']
+    assert plain == [(128, 'gluonnlp_0.10')]            # base T=128 only
+    for row in rows:
+        assert set(row) == KEYS and row['config'] == 'bert_models' and row['mode'] == 'infer'
+        assert row['model'] == BASE and row['shape'][0] == 8 and row['median_s'] > 0
+        assert row['throughput'] == pytest.approx(8 / row['median_s'])
+        reference = [r for r in rows if r['shape'] == row['shape']
+                     and r['impl'] == bert_models.REFERENCE][0]
+        if row is reference:
+            assert row['ratio'] == {}
+        else:
+            assert row['ratio'] == {bert_models.REFERENCE: pytest.approx(
+                reference['median_s'] / row['median_s'])}
+        assert row['isa'] == bert_models.isa_of(row['impl'])
+    table = bert_models.bert_models_table(rows + [dict(config='bert128')])
+    assert len(table) == 3 + len(rows)
+    assert all(line.count('|') == 8 for line in table[1:])
+    assert table[3].startswith('| bert_12_768_12 | 8 x 128 | ours | ')
+    assert bert_models.bert_models_table([dict(config='bert128')]) == []
+    assert 'bert_models bert_12_768_12 T=384 done' in capsys.readouterr().out
+
+
+def test_isa_names_the_vector_level_and_amx_for_bfloat16_rows(monkeypatch):
+    monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx2', 'avx512f', 'amx_tile'))
+    monkeypatch.setattr(bert_models, 'amx_in_use', lambda: True)
+    assert bert_models.isa_of('ours') == 'avx512'
+    assert bert_models.isa_of('ours_bfloat16') == 'avx512+amx'
+    monkeypatch.setattr(bert_models, 'amx_in_use', lambda: False)
+    monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx512f', 'avx512_bf16'))
+    assert bert_models.isa_of('ours_bfloat16') == 'avx512+avx512_bf16 (no amx)'
+    monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx2',))
+    assert bert_models.isa_of('ours_bfloat16') == 'avx2 (no bfloat16 instructions)'
+    assert bert_models.isa_of(bert_models.REFERENCE) == 'avx2'
