@@ -16,6 +16,9 @@ forward only, the sequence output waited for. Rows (``impl``):
   alloc and shape: its ``DotProductSelfAttentionCell`` (``interleaved_matmul_selfatt_qk`` /
   ``_valatt``) becomes oneDNN's ``_sg_mkldnn_selfatt_qk`` / ``_valatt``, checked in the
   partitioned graph (RuntimeError when absent);
+* ``gluonnlp_0.10_int8``: the 0.10 model quantized by ``quantize_net_v2`` with oneDNN's
+  ``MKLDNN_QUANTIZE`` pass, calibrated on two other random batches (its QKV projection stays
+  float32: see :func:`_int8_runner`);
 * ``gluonnlp_0.10``: the 0.10 model hybridized without a backend, at BERT-base T=128 only
   (about 20 times slower than the fused one).
 
@@ -40,7 +43,7 @@ from gluon_attention.models.encoder import BertEncoder
 
 from .attention import interleaved_medians
 
-__all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'FUSED_OPS', 'gluonnlp_bert',
+__all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'INT8', 'FUSED_OPS', 'gluonnlp_bert',
            'fused_op_names', 'bert_inputs', 'isa_of', 'runners', 'bert_model_rows',
            'bert_models_table']
 
@@ -50,6 +53,7 @@ LENGTHS = (128, 384)
 BATCH, VOCAB_SIZE = 8, 30522
 REFERENCE = 'gluonnlp_0.10_onednn'
 PLAIN = 'gluonnlp_0.10'
+INT8 = 'gluonnlp_0.10_int8'
 FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
 _SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
 
@@ -125,6 +129,16 @@ def _ours_runner(folder, inputs, kernels):
     return run
 
 
+def _legacy_runner(net, arrays):
+    """A callable running the 0.10 block ``net`` on ``arrays`` (mx.nd) outside numpy mode."""
+    def run():
+        with _legacy():
+            out = net(*arrays)
+            out.wait_to_read()
+        return out
+    return run
+
+
 def _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, fused):
     """0.10's model loaded from ``params``, fused by oneDNN (``fused``) or plainly hybridized."""
     with _legacy():
@@ -139,13 +153,32 @@ def _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, fused):
                                    'self-attention: found {}'.format(found))
         else:
             net.hybridize(static_alloc=True, static_shape=True)
+    return _legacy_runner(net, arrays)
 
-    def run():
-        with _legacy():
-            out = net(*arrays)
-            out.wait_to_read()
-        return out
-    return run
+
+def _int8_runner(model_name, sizes, vocab_size, params, inputs, calibration_batches=2):
+    """0.10's model quantized by ``quantize_net_v2`` (oneDNN's ``MKLDNN_QUANTIZE`` pass on a
+    CPU), calibrated (naive min/max) on ``calibration_batches`` other random batches of the
+    same shape. The QKV projection stays float32 (``exclude_layers_match``): 0.10 builds its
+    interleaved QKV weight in the graph (reshape + concat of three parameters) and MXNet
+    1.9.1's quantized graph then fails type inference (uint8 provided, int8 inferred)."""
+    with _legacy():
+        net = _build_010(model_name, sizes, vocab_size)
+        net.load_parameters(params)
+        net.hybridize(static_alloc=True, static_shape=True)
+        arrays = [mx.nd.array(x, dtype='float32') for x in inputs]
+        net(*arrays)
+        calibration = [onp.concatenate(x) for x in zip(*[
+            bert_inputs(inputs[0].shape[1], vocab_size, seed=1 + i, batch=len(inputs[0]))
+            for i in range(calibration_batches)])]
+        data = mx.io.NDArrayIter({'data%d' % i: mx.nd.array(x, dtype='float32')
+                                  for i, x in enumerate(calibration)}, batch_size=len(inputs[0]))
+        quantized = mx.contrib.quantization.quantize_net_v2(
+            net, quantized_dtype='auto', calib_mode='naive', calib_data=data,
+            data_shapes=data.provide_data, num_calib_examples=len(calibration[0]),
+            exclude_layers_match=['dotproductselfattentioncell0_fullyconnected'])
+        quantized.hybridize(static_alloc=True, static_shape=True)
+    return _legacy_runner(quantized, arrays)
 
 
 def isa_of(impl):
@@ -153,6 +186,9 @@ def isa_of(impl):
     :func:`gluon_attention.hardware.amx_in_use`)."""
     flags = cpu_flags()
     vector = 'avx512' if 'avx512f' in flags else 'avx2' if 'avx2' in flags else 'sse'
+    if impl == INT8:
+        return vector + ('+vnni' if 'avx512_vnni' in flags else '') + (
+            ' (amx allowed)' if amx_in_use() else '')
     if impl.endswith('bfloat16'):
         if amx_in_use():
             return vector + '+amx'
@@ -161,7 +197,7 @@ def isa_of(impl):
     return vector
 
 
-def runners(model_name, sizes, vocab_size, paths, length, bfloat16):
+def runners(model_name, sizes, vocab_size, paths, length, bfloat16, int8=True):
     """{impl: zero-argument callable returning the sequence output (B, T, D) float32, ours
     mx.np, 0.10's mx.nd} of one (model, T)."""
     params, folder = paths
@@ -170,6 +206,8 @@ def runners(model_name, sizes, vocab_size, paths, length, bfloat16):
     if bfloat16:
         made['ours_bfloat16'] = _ours_runner(folder, inputs, Kernels(matmul_dtype='bfloat16'))
     made[REFERENCE] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, True)
+    if int8:
+        made[INT8] = _int8_runner(model_name, sizes, vocab_size, params, inputs)
     if model_name == MODELS[0] and length == LENGTHS[0]:
         made[PLAIN] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, False)
     return made
@@ -185,12 +223,12 @@ def _rows(model_name, length, medians, batch):
 
 
 def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LENGTHS, sizes=None,
-                    vocab_size=VOCAB_SIZE, on_rows=None):
+                    vocab_size=VOCAB_SIZE, int8=True, on_rows=None):
     """Rows of the ``bert_models`` configuration (see the module docstring).
 
     ``large_long_rounds``: timed rounds of BERT-large at T=384 (None: ``rounds`` - 1, at least
     1); ``sizes``: {zoo name: sizes} replacing the zoo's (tests); ``on_rows(rows)`` is called after
-    each (model, T). ImportError without gluonnlp; RuntimeError when oneDNN does not fuse.
+    each (model, T); ``int8``: whether the 0.10 INT8 rows run. ImportError without gluonnlp; RuntimeError when oneDNN does not fuse.
     """
     problem = bfloat16_problem()
     if problem is not None:
@@ -203,7 +241,8 @@ def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LEN
         with tempfile.TemporaryDirectory() as folder:
             paths = gluonnlp_bert(model_name, size, vocab_size, folder)
             for length in lengths:
-                made = runners(model_name, size, vocab_size, paths, length, problem is None)
+                made = runners(model_name, size, vocab_size, paths, length, problem is None,
+                               int8)
                 long_large = model_name == MODELS[1] and length == LENGTHS[1]
                 medians = interleaved_medians(
                     made, large_long_rounds if long_large else rounds)

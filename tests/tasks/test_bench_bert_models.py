@@ -19,21 +19,22 @@ BASE = bert_models.MODELS[0]
 def test_every_row_computes_the_hidden_states_of_0_10(tmp_path):
     paths = bert_models.gluonnlp_bert(BASE, TINY, 40, tmp_path, seed=3)
     made = bert_models.runners(BASE, TINY, 40, paths, 128, bfloat16_problem() is None)
-    assert {'ours', bert_models.REFERENCE, 'gluonnlp_0.10'} <= set(made)
+    assert {'ours', bert_models.REFERENCE, bert_models.INT8, 'gluonnlp_0.10'} <= set(made)
     outputs = {name: run().asnumpy() for name, run in made.items()}
     valid = bert_models.bert_inputs(128, 40)[2]
     assert sorted(set(valid)) == [112, 128]
     for name, out in outputs.items():
         assert out.shape == (8, 128, 16)
-        # bfloat16 products: about 3 significant digits on activations of unit scale
-        tolerance = 5e-2 if name == 'ours_bfloat16' else 1e-5
+        # bfloat16 products: about 3 significant digits on activations of unit scale; INT8:
+        # 8-bit activations and weights through 2 layers
+        tolerance = {'ours_bfloat16': 5e-2, bert_models.INT8: 0.3}.get(name, 1e-5)
         for i, n in enumerate(valid):
             onp.testing.assert_allclose(out[i, :n], outputs['gluonnlp_0.10'][i, :n],
                                         atol=tolerance, rtol=0, err_msg=name)
 
 
 def test_rows_give_ratios_against_the_fused_row_and_the_table_prints_them(capsys):
-    rows = bert_models.bert_model_rows(rounds=1, models=(BASE,), lengths=(128, 384),
+    rows = bert_models.bert_model_rows(rounds=1, models=(BASE,), lengths=(128, 32),
                                        sizes={BASE: TINY}, vocab_size=40)
     names = [(r['shape'][1], r['impl']) for r in rows]
     plain = [n for n in names if n[1] == 'gluonnlp_0.10']
@@ -55,7 +56,7 @@ def test_rows_give_ratios_against_the_fused_row_and_the_table_prints_them(capsys
     assert all(line.count('|') == 8 for line in table[1:])
     assert table[3].startswith('| bert_12_768_12 | 8 x 128 | ours | ')
     assert bert_models.bert_models_table([dict(config='bert128')]) == []
-    assert 'bert_models bert_12_768_12 T=384 done' in capsys.readouterr().out
+    assert 'bert_models bert_12_768_12 T=32 done' in capsys.readouterr().out
 
 
 def test_isa_names_the_vector_level_and_amx_for_bfloat16_rows(monkeypatch):
@@ -69,3 +70,7 @@ def test_isa_names_the_vector_level_and_amx_for_bfloat16_rows(monkeypatch):
     monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx2',))
     assert bert_models.isa_of('ours_bfloat16') == 'avx2 (no bfloat16 instructions)'
     assert bert_models.isa_of(bert_models.REFERENCE) == 'avx2'
+    assert bert_models.isa_of(bert_models.INT8) == 'avx2'
+    monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx512f', 'avx512_vnni'))
+    monkeypatch.setattr(bert_models, 'amx_in_use', lambda: True)
+    assert bert_models.isa_of(bert_models.INT8) == 'avx512+vnni (amx allowed)'
