@@ -179,23 +179,27 @@ def measure(args, torch_peer, python, on_row=None):
             if on_row:
                 on_row(rows)
     for config in [c for c in args.configs if c in MODEL_CONFIGS]:
+        done = list(rows)       # bert_models writes the table after each (model, T)
         rows += model_rows(config, args.threads, python, args.model_rounds, args.data_dir,
-                           args.qa_model_dir)
+                           args.qa_model_dir, on_rows=on_row and (
+                               lambda part, done=done: on_row(done + part)))
         print('{} done'.format(config), flush=True)
         if on_row:
             on_row(rows)
     return rows
 
 
-def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir=''):
+def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir='',
+               on_rows=None):
     """The rows of a whole-model configuration ('squad_step', 'qa_inference' or
     'bert_models') at full size;
     ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
     ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
-    ('': the pretrained encoder under random heads)."""
+    ('': the pretrained encoder under random heads); ``on_rows(rows)``: called by bert_models
+    after each (model, T)."""
     from jobs.bench import bert_models, models, qa
     if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
-        return bert_models.bert_model_rows(rounds=rounds)
+        return bert_models.bert_model_rows(rounds=rounds, on_rows=on_rows)
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
     if config == 'squad_step':

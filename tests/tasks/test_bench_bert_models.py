@@ -2,6 +2,8 @@
 model, our converted encoder and oneDNN's fused 0.10 graph compute the same hidden states, the
 rows carry the whole-model keys with ratios against the fused 0.10 row, and the table prints them.
 """
+import importlib.util
+
 import numpy as onp
 import pytest
 
@@ -9,6 +11,7 @@ pytest.importorskip('gluonnlp')
 
 from gluon_attention.core.matmul import bfloat16_problem  # noqa: E402
 from jobs.bench import bert_models  # noqa: E402
+from squad_tiny import ROOT  # noqa: E402
 
 TINY = dict(num_layers=2, units=16, hidden_size=24, num_heads=2, max_length=512)
 KEYS = {'config', 'model', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_mb',
@@ -74,3 +77,20 @@ def test_isa_names_the_vector_level_and_amx_for_bfloat16_rows(monkeypatch):
     monkeypatch.setattr(bert_models, 'cpu_flags', lambda: ('avx512f', 'avx512_vnni'))
     monkeypatch.setattr(bert_models, 'amx_in_use', lambda: True)
     assert bert_models.isa_of(bert_models.INT8) == 'avx512+vnni (amx allowed)'
+
+
+def test_benchmark_runs_bert_models_by_default_and_prints_their_table():
+    spec = importlib.util.spec_from_file_location('benchmark', ROOT / 'scripts' / 'benchmark.py')
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert 'bert_models' in script.parse_args([]).configs
+    assert script.parse_args(['--configs', 'bert_models']).configs == ['bert_models']
+    row = dict(config='bert_models', model=BASE, shape=[8, 384], mode='infer', impl='ours',
+               median_s=2.0, gflops=None, peak_mb=None, throughput=4.0, unit='features/s',
+               isa='avx512', ratio={bert_models.REFERENCE: 1.5}, answers_kept=None, f1=None)
+    info = dict(threads=2, OMP_NUM_THREADS='2', cpu_count=2, mxnet='1.9.1', numpy='1.23.5',
+                gluonnlp='0.10.0', torch=None, python='3.11', commit='abc', fused_isa='avx512',
+                cpu_features='avx512f', amx=False, amx_reason='the CPU has no AMX')
+    table = script.markdown([row], info, 100.0)
+    assert '| bert_12_768_12 | 8 x 384 | ours | avx512 | 2.000 | 4.00 | 1.50x |' in table
+    assert '| bert_models |' not in table        # not in the attention table
