@@ -23,13 +23,16 @@ forward only, the sequence output waited for. Rows (``impl``):
   (about 20 times slower than the fused one).
 
 All rows of one shape run interleaved in this process (ours, ours_bfloat16, fused, plain, ours,
-...), one warm-up round then ``rounds`` timed ones (BERT-large at T=384: fewer);
+...), one warm-up round then ``rounds`` timed ones; BERT-large at T=384 runs one implementation
+at a time (its static graphs hold several GB each) and fewer rounds;
 time = the median. Rows keep the whole-model keys of :mod:`~jobs.bench.models` (``unit``
 features/s) with ``ratio`` against :data:`REFERENCE` only, and add ``model`` (the zoo name) and
 ``isa`` (the instruction set the products ran on: the CPU's vector level, and AMX or not for
 the bfloat16 row). Glossary: B batch, T sequence length, V vocabulary size.
 """
 import contextlib
+import functools
+import gc
 import tempfile
 
 import mxnet as mx
@@ -44,8 +47,8 @@ from gluon_attention.models.encoder import BertEncoder
 from .attention import interleaved_medians
 
 __all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'INT8', 'FUSED_OPS', 'gluonnlp_bert',
-           'fused_op_names', 'bert_inputs', 'isa_of', 'runners', 'bert_model_rows',
-           'bert_models_table']
+           'fused_op_names', 'bert_inputs', 'isa_of', 'runner_factories', 'runners',
+           'bert_model_rows', 'bert_models_table']
 
 CONFIG = 'bert_models'
 MODELS = ('bert_12_768_12', 'bert_24_1024_16')
@@ -197,20 +200,41 @@ def isa_of(impl):
     return vector
 
 
+def runner_factories(model_name, sizes, vocab_size, paths, length, bfloat16, int8=True):
+    """{impl: zero-argument factory of the zero-argument callable of :func:`runners`}."""
+    params, folder = paths
+    inputs = bert_inputs(length, vocab_size)
+    ours = {'ours': Kernels()}
+    if bfloat16:
+        ours['ours_bfloat16'] = Kernels(matmul_dtype='bfloat16')
+    made = {name: functools.partial(_ours_runner, folder, inputs, kernels)
+            for name, kernels in ours.items()}
+    theirs = functools.partial(_gluonnlp_runner, model_name, sizes, vocab_size, params, inputs)
+    made[REFERENCE] = functools.partial(theirs, True)
+    if int8:
+        made[INT8] = functools.partial(_int8_runner, model_name, sizes, vocab_size, params,
+                                       inputs)
+    if model_name == MODELS[0] and length == LENGTHS[0]:
+        made[PLAIN] = functools.partial(theirs, False)
+    return made
+
+
 def runners(model_name, sizes, vocab_size, paths, length, bfloat16, int8=True):
     """{impl: zero-argument callable returning the sequence output (B, T, D) float32, ours
     mx.np, 0.10's mx.nd} of one (model, T)."""
-    params, folder = paths
-    inputs = bert_inputs(length, vocab_size)
-    made = {'ours': _ours_runner(folder, inputs, Kernels())}
-    if bfloat16:
-        made['ours_bfloat16'] = _ours_runner(folder, inputs, Kernels(matmul_dtype='bfloat16'))
-    made[REFERENCE] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, True)
-    if int8:
-        made[INT8] = _int8_runner(model_name, sizes, vocab_size, params, inputs)
-    if model_name == MODELS[0] and length == LENGTHS[0]:
-        made[PLAIN] = _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, False)
-    return made
+    return {name: make() for name, make in runner_factories(
+        model_name, sizes, vocab_size, paths, length, bfloat16, int8).items()}
+
+
+def _one_at_a_time(factories, rounds):
+    """Median seconds by name, each implementation built, timed and freed in turn: BERT-large's
+    static graphs at T=384 hold several GB each (built together with those of T=128 not yet
+    freed, they took 20 GB and the process was killed for memory on a 24 GB machine)."""
+    medians = {}
+    for name, make in factories.items():
+        medians.update(interleaved_medians({name: make()}, rounds))
+        gc.collect()
+    return medians
 
 
 def _rows(model_name, length, medians, batch):
@@ -228,7 +252,8 @@ def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LEN
 
     ``large_long_rounds``: timed rounds of BERT-large at T=384 (None: ``rounds`` - 1, at least
     1); ``sizes``: {zoo name: sizes} replacing the zoo's (tests); ``on_rows(rows)`` is called after
-    each (model, T); ``int8``: whether the 0.10 INT8 rows run. ImportError without gluonnlp; RuntimeError when oneDNN does not fuse.
+    each (model, T); ``int8``: whether the 0.10 INT8 rows run. ImportError without gluonnlp;
+    RuntimeError when oneDNN does not fuse.
     """
     problem = bfloat16_problem()
     if problem is not None:
@@ -241,13 +266,14 @@ def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LEN
         with tempfile.TemporaryDirectory() as folder:
             paths = gluonnlp_bert(model_name, size, vocab_size, folder)
             for length in lengths:
-                made = runners(model_name, size, vocab_size, paths, length, problem is None,
-                               int8)
-                long_large = model_name == MODELS[1] and length == LENGTHS[1]
-                medians = interleaved_medians(
-                    made, large_long_rounds if long_large else rounds)
+                made = runner_factories(model_name, size, vocab_size, paths, length,
+                                        problem is None, int8)
+                if model_name == MODELS[1] and length == LENGTHS[1]:
+                    medians = _one_at_a_time(made, large_long_rounds)
+                else:
+                    medians = interleaved_medians({k: f() for k, f in made.items()}, rounds)
                 rows += _rows(model_name, length, medians, BATCH)
-                del made
+                gc.collect()           # the graphs of this (model, T): reference cycles
                 print('bert_models {} T={} done'.format(model_name, length), flush=True)
                 if on_rows:
                     on_rows(rows)

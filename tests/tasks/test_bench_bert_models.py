@@ -94,3 +94,16 @@ def test_benchmark_runs_bert_models_by_default_and_prints_their_table():
     table = script.markdown([row], info, 100.0)
     assert '| bert_12_768_12 | 8 x 384 | ours | avx512 | 2.000 | 4.00 | 1.50x |' in table
     assert '| bert_models |' not in table        # not in the attention table
+
+
+def test_one_at_a_time_builds_each_runner_after_the_previous_one_is_timed():
+    events = []
+
+    def factory(name):
+        def make():
+            events.append('build ' + name)
+            return lambda: events.append('run ' + name)
+        return make
+    medians = bert_models._one_at_a_time({'a': factory('a'), 'b': factory('b')}, 2)
+    assert set(medians) == {'a', 'b'} and min(medians.values()) >= 0
+    assert events == ['build a'] + ['run a'] * 3 + ['build b'] + ['run b'] * 3  # 1 warm-up
