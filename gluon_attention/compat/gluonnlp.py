@@ -88,7 +88,11 @@ class _Cell(HybridBlock):
         return super().__call__(query, key, value, mask)
 
     def _scores(self, F, query, key):
-        raise NotImplementedError
+        """The (N, L_q, L_m) scores: each cell of this module defines its own; the base cell
+        has none to give."""
+        raise TypeError('{} computes no attention scores of its own: use '
+                        'DotProductAttentionCell, MultiHeadAttentionCell or MLPAttentionCell'
+                        .format(type(self).__name__))
 
     def _compute_weight(self, F, query, key, mask=None):
         """Weights (N, L_q, L_m) after the mask and dropout."""
