@@ -62,14 +62,22 @@ def encoder_config(model_name, vocab_size, sizes=None):
     Raises
     ------
     ValueError
-        An unknown ``model_name`` or a key of ``sizes`` outside those above.
+        An unknown ``model_name``, a key of ``sizes`` outside those above, or a ``num_heads``
+        that does not divide ``units`` (the tensors hold no head count: a wrong one that divides
+        ``units`` cannot be detected).
     """
     _checks.check_choice('model_name', model_name, tuple(ARCHITECTURES))
     unknown = sorted(set(sizes or {}) - set(_SIZES))
     if unknown:
         _checks.fail('sizes may replace only {}'.format(', '.join(_SIZES)), sizes=unknown)
-    return dict(ARCHITECTURES[model_name], vocab_size=vocab_size, dropout=0.1,
-                attention_dropout=0.1, **(sizes or {}))
+    config = dict(ARCHITECTURES[model_name], vocab_size=vocab_size, dropout=0.1,
+                  attention_dropout=0.1, **(sizes or {}))
+    # the tensors fix units but not the head count: at least refuse one that cannot split them
+    _checks.check_positive_int('num_heads', config['num_heads'])
+    if config['units'] % config['num_heads']:
+        _checks.fail('num_heads must divide units (each head gets units / num_heads channels)',
+                     num_heads=config['num_heads'], units=config['units'])
+    return config
 
 
 def _load_params(params_file):
