@@ -26,6 +26,7 @@ from ..models.heads import HEAD_CONFIG, HEAD_FILE, read_head
 from . import zoo_names as names
 from .bpe import bpe_tokenizer
 from .vocab import read_vocab, write_tokenizer
+from .._optional import require
 
 __all__ = ['ARCHITECTURES', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
 
@@ -193,6 +194,7 @@ def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, s
 
 
 def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
+    require('safetensors')
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder.mkdir(parents=True, exist_ok=True)
     raw = dict(config_json(config), gluonnlp_model=model_name)

@@ -25,6 +25,7 @@ from .._checks import check_positive_int, check_text, fail
 from .._resources import default_model_dir
 from .squad_decode import is_blank_input
 from .squad_metric import normalize_answer
+from .._optional import require
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'tokenizer_files', 'SquadFeature',
            'convert_examples_to_features', 'batchify', 'length_sorted_batches']
@@ -53,6 +54,7 @@ def load_tokenizer(model_dir=None):
     ValueError
         When the folder has neither ``tokenizer.json`` nor ``vocab.txt``.
     """
+    require('tokenizers')
     from tokenizers import Tokenizer
     from tokenizers.implementations import BertWordPieceTokenizer
     files = tokenizer_files(model_dir)
