@@ -80,7 +80,9 @@ def main(argv=None):
         return convert_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention',
-        description='Build or check the fused attention kernel library (gluon_attention.fused).',
+        description='Build or check the fused attention kernel library (gluon_attention.fused), '
+                    'or convert a GluonNLP 0.10 model into a model folder and back '
+                    '(python -m gluon_attention convert --help).',
         allow_abbrev=False)
     parser.add_argument('command', choices=['fused-build', 'fused-check', 'convert'],
                         help='fused-build: compile it (skipped when up to date); '
