@@ -279,15 +279,16 @@ def check_not_empty(what, sizes, **received):
              'axes)'.format(what), **received)
 
 
-def check_text(text, name):
+def check_text(text, name, where=''):
     """Refuse a str that cannot be encoded as UTF-8 (a lone UTF-16 surrogate, e.g. '\\ud800',
-    or bytes a command line could not decode): tokenizers cannot take it."""
+    or bytes a command line could not decode): tokenizers cannot take it. ``where`` (e.g. a
+    file and question id) prefixes the message."""
     try:
         text.encode('utf-8')
     except UnicodeEncodeError as err:
-        fail('{} must be Unicode text that can be encoded as UTF-8 (no lone surrogate)'.format(
-            name), **{name: '{} characters, a lone surrogate at character {}'.format(
-                len(text), err.start)})
+        fail('{}{} must be Unicode text that can be encoded as UTF-8 (no lone surrogate)'.format(
+            where + ': ' if where else '', name), **{name: '{} characters, a lone surrogate at '
+                                                       'character {}'.format(len(text), err.start)})
 
 
 def check_index_range(num_elements, what='the attention scores'):
