@@ -43,7 +43,7 @@ def _convert_parser(architectures):
 def convert_main(argv):
     """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
     ``--to gluonnlp``, or that folder for transformers with ``--to transformers``. Returns the
-    exit status: 0 on success, 2 on refused input."""
+    exit status: 0 on success, 2 on refused input or a missing extra (``hf``)."""
     from .convert import (  # pylint: disable=import-outside-toplevel
         ARCHITECTURES, from_gluonnlp, to_gluonnlp, to_transformers)
     parser = _convert_parser(ARCHITECTURES)
@@ -66,7 +66,7 @@ def convert_main(argv):
                                lower=args.lower,
                                sizes={k: int(v) for k, v in sizes.items()} or None,
                                merges_file=args.merges)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ImportError) as err:    # ImportError: an extra
         print('error: {}'.format(err), file=sys.stderr)
         return 2
     print('{output_dir}: encoder, head {head}, tokenizer {tokenizer}'.format(**result))
@@ -80,7 +80,9 @@ def main(argv=None):
         return convert_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention',
-        description='Build or check the fused attention kernel library (gluon_attention.fused).',
+        description='Build or check the fused attention kernel library (gluon_attention.fused), '
+                    'or convert a GluonNLP 0.10 model into a model folder and back '
+                    '(python -m gluon_attention convert --help).',
         allow_abbrev=False)
     parser.add_argument('command', choices=['fused-build', 'fused-check', 'convert'],
                         help='fused-build: compile it (skipped when up to date); '

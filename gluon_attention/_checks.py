@@ -30,7 +30,7 @@ __all__ = ['fail', 'fail_type', 'is_symbol', 'entry', 'validated_by', 'check_cho
            'check_same_dim', 'check_mask', 'check_valid_length', 'check_index_range',
            'check_float_tensor', 'check_axis', 'check_positive_real', 'check_not_empty',
            'check_memory_lengths', 'check_token_ids', 'check_same_float_dtype',
-           'check_not_bool_lengths']
+           'check_not_bool_lengths', 'check_text']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
@@ -277,6 +277,18 @@ def check_not_empty(what, sizes, **received):
     if not all(sizes):
         fail('{} must be at least 1 (MXNet graphs cannot run on zero-size batch or memory '
              'axes)'.format(what), **received)
+
+
+def check_text(text, name, where=''):
+    """Refuse a str that cannot be encoded as UTF-8 (a lone UTF-16 surrogate, e.g. '\\ud800',
+    or bytes a command line could not decode): tokenizers cannot take it. ``where`` (e.g. a
+    file and question id) prefixes the message."""
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError as err:
+        fail('{}{} must be Unicode text that can be encoded as UTF-8 (no lone surrogate)'.format(
+            where + ': ' if where else '', name), **{name: '{} characters, a lone surrogate at '
+                                                       'character {}'.format(len(text), err.start)})
 
 
 def check_index_range(num_elements, what='the attention scores'):

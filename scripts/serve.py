@@ -60,11 +60,10 @@ def main(argv=None):
         return 0
     if namespace.command == 'status':
         pid = serve.running_pid(namespace.instance_dir)
-        path = serve.instance_paths(namespace.instance_dir)['instance']
         if not pid:
             print('no server runs in {}'.format(namespace.instance_dir))
             return 1
-        url = json.load(open(path, encoding='utf-8'))['url'] if os.path.isfile(path) else '?'
+        url = serve.instance_url(namespace.instance_dir) or '?'
         print('running: pid {}, workers {}, {}'.format(
             pid, serve.worker_pids(namespace.instance_dir), url))
         return 0

@@ -11,6 +11,7 @@ prefix space, merges applied by rank) and the vocabulary gives the ids; a pair i
 import pathlib
 
 from .. import _checks
+from .._optional import require
 
 __all__ = ['read_merges', 'bpe_tokenizer']
 
@@ -68,6 +69,7 @@ def bpe_tokenizer(vocab, merges_file):
         first ones named), or a vocabulary without ``<s>`` or ``</s>``.
     """
     # pylint: disable=import-outside-toplevel
+    require('tokenizers')
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     ids = {token: i for i, token in enumerate(vocab['tokens'])}
     merges = read_merges(merges_file)

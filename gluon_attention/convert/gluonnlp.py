@@ -26,6 +26,7 @@ from ..models.heads import HEAD_CONFIG, HEAD_FILE, read_head
 from . import zoo_names as names
 from .bpe import bpe_tokenizer
 from .vocab import read_vocab, write_tokenizer
+from .._optional import require
 
 __all__ = ['ARCHITECTURES', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
 
@@ -62,14 +63,22 @@ def encoder_config(model_name, vocab_size, sizes=None):
     Raises
     ------
     ValueError
-        An unknown ``model_name`` or a key of ``sizes`` outside those above.
+        An unknown ``model_name``, a key of ``sizes`` outside those above, or a ``num_heads``
+        that does not divide ``units`` (the tensors hold no head count: a wrong one that divides
+        ``units`` cannot be detected).
     """
     _checks.check_choice('model_name', model_name, tuple(ARCHITECTURES))
     unknown = sorted(set(sizes or {}) - set(_SIZES))
     if unknown:
         _checks.fail('sizes may replace only {}'.format(', '.join(_SIZES)), sizes=unknown)
-    return dict(ARCHITECTURES[model_name], vocab_size=vocab_size, dropout=0.1,
-                attention_dropout=0.1, **(sizes or {}))
+    config = dict(ARCHITECTURES[model_name], vocab_size=vocab_size, dropout=0.1,
+                  attention_dropout=0.1, **(sizes or {}))
+    # the tensors fix units but not the head count: at least refuse one that cannot split them
+    _checks.check_positive_int('num_heads', config['num_heads'])
+    if config['units'] % config['num_heads']:
+        _checks.fail('num_heads must divide units (each head gets units / num_heads channels)',
+                     num_heads=config['num_heads'], units=config['units'])
+    return config
 
 
 def _load_params(params_file):
@@ -185,6 +194,7 @@ def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, s
 
 
 def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
+    require('safetensors')
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder.mkdir(parents=True, exist_ok=True)
     raw = dict(config_json(config), gluonnlp_model=model_name)

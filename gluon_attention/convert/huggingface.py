@@ -17,6 +17,7 @@ import numpy as onp
 
 from .. import _checks
 from ..models.checkpoint import canonical_names, config_json, read_checkpoint
+from .._optional import require
 
 __all__ = ['to_transformers']
 
@@ -84,6 +85,7 @@ def to_transformers(model_dir, output_dir):
     config, tensors, _ = read_checkpoint(source)
     raw = json.loads((source / 'config.json').read_text(encoding='utf-8'))
     hf_config = _hf_config(config, raw)
+    require('safetensors')
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     target.mkdir(parents=True, exist_ok=True)
     (target / 'config.json').write_text(json.dumps(hf_config, indent=2, sort_keys=True) + '\n',

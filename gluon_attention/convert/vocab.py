@@ -11,6 +11,7 @@ import json
 import pathlib
 
 from .. import _checks
+from .._optional import require
 
 __all__ = ['read_vocab', 'infer_lower', 'write_tokenizer']
 
@@ -71,6 +72,7 @@ def infer_lower(vocab):
 def _wordpiece(vocab, lower):
     """The ``tokenizers.Tokenizer`` of the module docstring."""
     # pylint: disable=import-outside-toplevel
+    require('tokenizers')
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     ids = {token: i for i, token in enumerate(vocab['tokens'])}
     special = vocab['special']

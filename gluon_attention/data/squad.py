@@ -10,7 +10,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .._checks import fail
+from .._checks import check_text, fail
 from .._resources import data_file, missing_file
 from .squad_decode import (best_span, decode_predictions, independent_top_spans, is_blank_input,
                            span_candidates)
@@ -103,6 +103,8 @@ def _field(record, key, kind, where):
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         fail('{}: expected {!r} of type {}'.format(where, key, getattr(kind, '__name__', kind)),
              **{key: value})
+    if kind is str:
+        check_text(value, key, where)
     return value
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as onp
 
-from .._checks import check_positive_int, fail
+from .._checks import check_positive_int, check_text, fail
 from .._resources import default_model_dir
 from .squad_decode import is_blank_input
 from .squad_metric import normalize_answer
+from .._optional import require
 
 __all__ = ['default_model_dir', 'load_tokenizer', 'tokenizer_files', 'SquadFeature',
            'convert_examples_to_features', 'batchify', 'length_sorted_batches']
@@ -53,6 +54,7 @@ def load_tokenizer(model_dir=None):
     ValueError
         When the folder has neither ``tokenizer.json`` nor ``vocab.txt``.
     """
+    require('tokenizers')
     from tokenizers import Tokenizer
     from tokenizers.implementations import BertWordPieceTokenizer
     files = tokenizer_files(model_dir)
@@ -280,10 +282,14 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     Raises
     ------
     ValueError
-        For non-positive sizes, a stride that would skip context tokens, or a tokenizer without
-        ``[CLS]``/``[SEP]``.
+        For non-positive sizes, a stride that would skip context tokens, a tokenizer without
+        ``[CLS]``/``[SEP]``, or a question or context that cannot be encoded as UTF-8 (a lone
+        UTF-16 surrogate such as ``'\\ud800'``; the field is named ``examples[i].question``).
     """
     _check_lengths(max_seq_length, doc_stride, max_query_length)
+    for i, example in enumerate(examples):
+        check_text(example.question, 'examples[{}].question'.format(i))
+        check_text(example.context, 'examples[{}].context'.format(i))
     special_ids = tuple(tokenizer.token_to_id(t) for t in ('[CLS]', '[SEP]'))
     if None in special_ids:
         fail('expected a tokenizer with [CLS] and [SEP] tokens', special_ids=special_ids)

@@ -18,6 +18,7 @@ from .. import _checks
 from .._resources import default_model_dir
 from .hf_family import bert_form
 from .torch_bin import load_torch_bin
+from .._optional import require
 
 TORCH_FILE = 'pytorch_model.bin'  # read when model.safetensors is absent
 
@@ -62,6 +63,7 @@ def read_checkpoint(path=None):
 
 
 def _load_safetensors(weights_file):
+    require('safetensors')
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
         return load_file(str(weights_file))
@@ -231,6 +233,7 @@ def write_checkpoint(block, folder):
     (str, str)
         The paths of the config and weights files.
     """
+    require('safetensors')
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import numpy as onp
 from mxnet.gluon import HybridBlock, nn
 
 from .. import _checks
+from .._optional import require
 
 __all__ = ['SpanHead', 'PooledClassifier', 'HEAD_CONFIG', 'HEAD_FILE', 'read_head',
            'head_block']
@@ -114,6 +115,7 @@ def read_head(folder):
     if not (folder / HEAD_FILE).is_file():
         raise FileNotFoundError('a model folder with {} must hold {}. Received: path={!r}'.format(
             HEAD_CONFIG, HEAD_FILE, str(folder)))
+    require('safetensors')
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     try:
         return config, load_file(str(folder / HEAD_FILE))

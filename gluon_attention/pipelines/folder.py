@@ -35,6 +35,7 @@ import numpy as onp
 from .._checks import fail
 from ..data import squad
 from ..models import heads
+from .._optional import require
 
 __all__ = ['QA_CONFIG', 'HEAD_FILE', 'TOKENIZER_FILES', 'QAFolder', 'load_qa_folder',
            'check_model_folder', 'read_qa_config', 'recorded_training', 'has_head', 'head_params',
@@ -219,6 +220,7 @@ def load_head(model, folder):
     ValueError
         A head tensor missing, unexpected or of the wrong shape.
     """
+    require('safetensors')
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     tensors, params = load_file(os.path.join(folder, HEAD_FILE)), head_params(model)
     if set(tensors) != set(params):

@@ -22,7 +22,7 @@ from typing import Optional
 
 import mxnet as mx
 
-from .._checks import check_positive_int, fail_type
+from .._checks import check_positive_int, check_text, fail_type
 from ..core.kernels import Kernels
 from ..core.matmul_graph import Bfloat16Graph
 from ..data import squad
@@ -278,10 +278,13 @@ class QAPredictor:
         ------
         TypeError
             ``question`` or ``context`` is not a str.
+        ValueError
+            ``question`` or ``context`` cannot be encoded as UTF-8 (a lone UTF-16 surrogate).
         """
         for name, text in (('question', question), ('context', context)):
             if not isinstance(text, str):
                 fail_type('{} must be a str'.format(name), **{name: text})
+            check_text(text, name)
         return self.answer_batch([(question, context)])[0]
 
     def answer_batch(self, pairs):
@@ -302,6 +305,9 @@ class QAPredictor:
         ------
         TypeError
             A pair is not two strings.
+        ValueError
+            A string cannot be encoded as UTF-8 (named ``examples[i].question`` or
+            ``examples[i].context``, i its index in ``pairs``).
         """
         examples = []
         for i, pair in enumerate(pairs):

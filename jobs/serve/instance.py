@@ -36,8 +36,8 @@ from .archive import build_archive, default_graph, export_graph, graph_exists
 from .protocol import Limits, http_request
 
 __all__ = ['JAVA_PACKAGE', 'SERVE_EXTRA', 'ServeSetupError', 'instance_paths', 'check_runtime',
-           'running_pid', 'worker_pids', 'model_pids', 'kill_workers', 'start', 'stop',
-           'http_request', 'MAX_REQUEST_BYTES', 'MAX_RESPONSE_BYTES']
+           'instance_url', 'running_pid', 'worker_pids', 'model_pids', 'kill_workers', 'start',
+           'stop', 'http_request', 'MAX_REQUEST_BYTES', 'MAX_RESPONSE_BYTES']
 
 JAVA_PACKAGE = 'openjdk-17-jre-headless'
 SERVE_EXTRA = "pip install 'gluon_attention[serve]'"
@@ -63,6 +63,15 @@ def instance_paths(instance_dir):
     paths.update(root=root, pid=os.path.join(paths['tmp'], '.model_server.pid'),
                  console=os.path.join(paths['logs'], 'frontend.log'))
     return paths
+
+
+def instance_url(instance_dir):
+    """The prediction URL that ``instance.json`` of ``instance_dir`` records; None without one."""
+    path = instance_paths(instance_dir)['instance']
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding='utf-8') as handle:
+        return json.load(handle).get('url')
 
 
 def java_path():

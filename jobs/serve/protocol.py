@@ -114,6 +114,12 @@ def _pair(item, where, limits):
             raise RequestError(400, name, 'a string', 'nothing (the key is missing)')
         if not isinstance(item[key], str):
             raise RequestError(400, name, 'a string', _describe(item[key]))
+        try:
+            item[key].encode('utf-8')
+        except UnicodeEncodeError as err:     # a lone surrogate: JSON allows "\\ud800"
+            raise RequestError(400, name, 'Unicode text (no lone UTF-16 surrogate)',
+                               'a string of {} characters with a lone surrogate at character '
+                               '{}'.format(len(item[key]), err.start)) from None
         pair.append(item[key])
     if len(pair[1]) > limits.max_context_chars:
         raise RequestError(413, '{}.context'.format(where) if where else 'context',
@@ -142,7 +148,8 @@ def parse_request(row, limits=Limits()):
     ------
     RequestError
         400: no body, not UTF-8, not JSON, not an object or a non-empty list of objects, a
-        missing or non-string ``question`` or ``context`` (the field is named ``[i].question`` in
+        missing or non-string ``question`` or ``context``, or one holding a lone UTF-16
+        surrogate (JSON's ``"\\ud800"``: not Unicode text; the field is named ``[i].question`` in
         a list); 413: more than ``limits.max_questions`` questions or a context longer than
         ``limits.max_context_chars``.
     """

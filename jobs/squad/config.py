@@ -12,7 +12,7 @@ import math
 import os
 from typing import Optional
 
-from gluon_attention.checks import fail
+from gluon_attention.checks import check_text, fail
 from gluon_attention.core.matmul import MATMUL_DTYPES
 from gluon_attention.pipelines.threshold import NEVER_NULL, NullThreshold
 
@@ -300,7 +300,7 @@ def check_config(config):
 
 
 def _check_predict_inputs(config):
-    """--predict-file, or --question with --context: one of the two, not both."""
+    """--predict-file, or --question with --context: one of the two, not both; the text UTF-8."""
     one = config.question is not None or config.context is not None
     if config.predict_file and one:
         fail('predict takes --predict-file or --question with --context: they exclude each '
@@ -309,6 +309,9 @@ def _check_predict_inputs(config):
     if not config.predict_file and (config.question is None or config.context is None):
         fail('predict needs either --predict-file or both --question and --context',
              predict_file=config.predict_file, question=config.question, context=config.context)
+    for name in ('question', 'context'):
+        if getattr(config, name) is not None:      # bytes the shell could not decode as UTF-8
+            check_text(getattr(config, name), name)
 
 
 def _flag(name):

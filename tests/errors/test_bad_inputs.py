@@ -506,6 +506,11 @@ BAD = [
     ('read_squad-question-without-text', lambda: squad.read_squad(_file('nokey.json', json.dumps(
         {'data': [{'title': 'T', 'paragraphs': [{'context': 'c', 'qas': [{'id': 'x'}]}]}]}))),
      ValueError, ['keys=']),
+    ('read_squad-question-lone-surrogate', lambda: squad.read_squad(_file('surrogate.json', (
+        '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": [{"id": "x", '
+        '"question": "Who \\ud800 ruled?", "answers": [], "is_impossible": true}]}]}]}'))),
+     ValueError, ["question id='x': question must be Unicode text",
+                  'lone surrogate at character 4']),
     ('read_squad-answer_start-off-text',
      lambda: squad.read_squad(_file('offset.json', _squad_json(3))), ValueError,
      ['answer_start=3']),

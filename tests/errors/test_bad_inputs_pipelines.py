@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from gluon_attention.data.squad import SquadExample
+from gluon_attention.data.squad_features import convert_examples_to_features, load_tokenizer
 from gluon_attention.models.heads import SpanHead
 from gluon_attention.models.qa_span import ModelForQASpan
 from gluon_attention.pipelines import NullThreshold, QAPredictor, load_qa_folder
@@ -21,6 +23,13 @@ def _tokenizer_only_folder():
         json.dump({'version_2_with_negative': 1, 'null_threshold': None,
                    'null_threshold_source': 'auto'}, handle)
     return 'tuned'
+
+
+def _tokenizer():
+    """A WordPiece tokenizer of five tokens (written to the test's working folder)."""
+    with open('vocab.txt', 'w', encoding='utf-8') as handle:
+        handle.write('[PAD]\n[UNK]\n[CLS]\n[SEP]\nwho\n')
+    return load_tokenizer('.')
 
 
 def _roberta_folder_without_tokenizer():
@@ -68,6 +77,15 @@ BAD = [
     ('predictor-saved-threshold-missing', lambda: QAPredictor.from_folder(
         _tokenizer_only_folder(), graph='g'), ValueError,
      ['threshold must be a number for a model folder without a null threshold']),
+    ('predictor-question-lone-surrogate', lambda: QAPredictor.answer(
+        object.__new__(QAPredictor), 'Who \ud800 ruled?', 'x'), ValueError,
+     ['question must be Unicode text that can be encoded as UTF-8',
+      'lone surrogate at character 4']),
+    ('features-context-lone-surrogate', lambda: convert_examples_to_features(
+        [SquadExample('a', '', 'who?', 'x', [], True),
+         SquadExample('b', '', 'who?', '\udced\udca0', [], True)],
+        _tokenizer(), is_training=False), ValueError,
+     ['examples[1].context must be Unicode text', 'lone surrogate at character 0']),
 ]
 
 

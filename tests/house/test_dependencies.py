@@ -77,3 +77,20 @@ def test_constraints_pin_every_requirement_inside_its_range(requirements):
         name = canonicalize_name(r.name)
         assert name in pins, '{} is not pinned in constraints.txt'.format(r.name)
         assert r.specifier.contains(pins[name], prereleases=True), (str(r), pins[name])
+
+
+def _extras():
+    call = next(node for node in ast.walk(ast.parse((ROOT / 'setup.py').read_text()))
+                if isinstance(node, ast.Call) and getattr(node.func, 'id', '') == 'setup')
+    return set(next(ast.literal_eval(k.value) for k in call.keywords
+                    if k.arg == 'extras_require'))
+
+
+def test_readme_and_usage_list_the_extras_setup_py_has():
+    readme = (ROOT / 'README.md').read_text()
+    paragraph = readme.split('<!-- EXTRAS')[1].split('\n\n')[0]
+    assert set(re.findall(r'`\[(\w+)\]`', paragraph)) == _extras()
+    assert '`pip install -e .` alone brings numpy only' in paragraph
+    usage = (ROOT / 'docs' / 'usage.md').read_text()
+    assert set(re.findall(r'`\[(\w+)\]`', usage)) == _extras()
+    assert '-e .  # the package and numpy only' in usage

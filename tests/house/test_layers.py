@@ -5,7 +5,7 @@ Every import counts, at module level or inside a function (a late import is stil
 dependency), and a package's ``__init__`` counts as a module of its folder; no module loads one of
 the project's modules by name at run time (``importlib.import_module``, ``__import__``), which the
 import graph could not see. The library (``gluon_attention``), lowest first: the base modules
-(``_checks``, ``_resources``, ``files``), ``core``, then ``compat``, ``models`` and ``data``
+(``_checks``, ``_optional``, ``_resources``, ``files``), ``core``, then ``compat``, ``models`` and ``data``
 (siblings: none imports another), then ``export`` and ``convert`` (model conversion; siblings), then ``pipelines``. The top-level documented
 paths (the package's ``__init__``, ``fused``, ``checks``, ``resources``, ``__main__``) are thin
 re-exports and may import anything of the library. The jobs (``jobs/`` at the repository root)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY, JOBS = 'gluon_attention', 'jobs'
-LAYER = {'_checks': (0,), '_resources': (0,), '_deprecated': (0,), 'hardware': (0,), 'files': (0,),
+LAYER = {'_checks': (0,), '_optional': (0,), '_resources': (0,), '_deprecated': (0,), 'hardware': (0,), 'files': (0,),
          'core': (1,), 'compat': (2,), 'models': (2,), 'data': (2,), 'export': (3,), 'convert': (3,), 'pipelines': (4,)}
 ROOMS = {'engine': (0,), 'squad': (1,), 'nli': (1,), 'bench': (2,), 'serve': (2,)}
 TOP = {'', 'fused', 'checks', 'resources', '__main__'}

@@ -191,3 +191,20 @@ def test_training_selection_with_plausible_spans():
     mixed = kept(impossible_ratio=0.0, no_answer_chunk_ratio=0.5, plausible_spans=1)
     assert mixed['plausible'] == 0.0 and mixed['answer'] == 1.0
     assert 0.4 < mixed['missed'] < 0.6 and 0.4 < mixed['elsewhere'] < 0.6
+
+
+@pytest.mark.parametrize('flag', ['--question', '--context'])
+def test_predict_text_that_is_not_utf8_is_a_one_line_error(tmp_path, flag):
+    """Bytes the shell passes that are not UTF-8 (ED A0 80: an encoded lone surrogate) reach
+    Python as lone surrogates; predict refuses them before loading anything."""
+    text = {'--question': 'Who ruled?', '--context': 'The Normans ruled.'}
+    text[flag] = b'\xed\xa0\x80 who'
+    argv = [sys.executable, os.path.join(ROOT, 'scripts', 'run_squad.py'), 'predict',
+            '--output-dir', str(tmp_path), '--threads', '1'] + [
+                x for pair in text.items() for x in pair]
+    proc = subprocess.run(argv, capture_output=True, env=dict(os.environ, PYTHONWARNINGS='ignore'),
+                          timeout=300, cwd=ROOT, check=False)
+    err = proc.stderr.decode('utf-8', 'replace').strip().splitlines()
+    assert proc.returncode == 2, err
+    assert 'Traceback' not in ' '.join(err)
+    assert '{} must be Unicode text that can be encoded as UTF-8'.format(flag) in err[-1], err

@@ -80,3 +80,25 @@ def test_a_failing_request_gets_500_and_the_others_of_its_batch_are_answered():
     # the batch call, then each request alone
     assert service.predictor.calls == [[('ab', 'x'), ('boom', 'x'), ('cd', 'x')], [('ab', 'x')],
                                        [('boom', 'x')], [('cd', 'x')]]
+
+
+def test_a_lone_surrogate_gets_400_naming_its_field_and_the_batch_is_answered(tmp_path):
+    """JSON's "\\ud800" decodes to a str tokenizers cannot take: that request alone is refused
+    (before its features are counted with the real tokenizer), the other one is answered."""
+    from gluon_attention.data.squad_features import load_tokenizer
+    (tmp_path / 'vocab.txt').write_text('\n'.join(
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'who', 'ruled', '?', 'x']) + '\n')
+    service, context = _service(), worker_context(2)
+    service.tokenizer = load_tokenizer(tmp_path)
+    service.count_features = types.MethodType(QAService.count_features, service)
+    rows = [{'body': b'[{"question": "who ruled?", "context": "x"}, '
+                     b'{"question": "who \\ud800 ruled?", "context": "x"}]'},
+            _row({'question': 'ab', 'context': 'x'})]
+    texts = service.handle(rows, context)
+    out = [json.loads(text) for text in texts]
+    assert _statuses(context, 2) == [400, 200]
+    _check_frame(context, texts)
+    assert (out[0]['field'], out[0]['status']) == ('[1].question', 400)
+    assert 'lone surrogate at character 4' in out[0]['received']
+    assert out[1]['answer'] == 'ba'
+    assert service.predictor.calls == [[('ab', 'x')]]
