@@ -6,8 +6,9 @@ attention layouts NKT, NTK, TNK; sequence layouts NT, TN. Arguments are checked 
 call a user makes (see :mod:`gluon_attention._checks`).
 
 The public API is :data:`__all__`; everything else is reached through its module. Importing the
-package registers the fused operators when they are built (so exported graphs naming them load)
-and does nothing else.
+package does two things besides defining names: it decides whether this process runs MXNet's
+oneDNN with Intel AMX (:func:`hardware`; before oneDNN's first primitive, ``GA_AMX=0`` opts out)
+and it registers the fused operators when they are built (so exported graphs naming them load).
 """
 __version__ = '0.1.0'
 
