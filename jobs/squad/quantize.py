@@ -38,6 +38,7 @@ import numpy as onp
 from gluon_attention.checks import fail
 from gluon_attention.data import squad
 from gluon_attention.export.block import export_block
+from gluon_attention.hardware import cpu_flags as read_cpu_flags
 from gluon_attention.models.qa import QAInference
 from gluon_attention.pipelines import load_qa_folder, load_qa_model
 from gluon_attention.pipelines.features import INPUT_DTYPES, INPUT_NAMES, eval_features
@@ -101,13 +102,9 @@ def _float32_nodes(int8_head, int8_ffn):
 
 def cpu_flags(path='/proc/cpuinfo'):
     """The instruction sets that INT8 results depend on, as the CPU reports them (sorted list of
-    str; empty where ``path`` cannot be read)."""
-    try:
-        with open(path, encoding='utf-8') as handle:
-            line = next((l for l in handle if l.startswith('flags')), '')
-    except OSError:
-        return []
-    flags = set(line.split(':', 1)[-1].split())
+    str; empty where ``path`` cannot be read): :data:`_RECORDED_FLAGS` of
+    :func:`gluon_attention.hardware.cpu_flags`."""
+    flags = read_cpu_flags(path)
     return sorted(f for f in _RECORDED_FLAGS if f in flags)
 
 
