@@ -7,13 +7,12 @@ arrays of ``jobs.bench.qa.head_weights``): start scores, top-5 starts, the end
 head (dense, tanh, LayerNorm, dense) on [start; token] pairs, top-5 ends, the answerable head on
 the start-weighted pooled vector and [CLS]. Talks JSON lines: each stdin line
 {"batch": i} is answered {"seconds": t} for one timed pass over batch i of the ``.npz``
-(``batch<i>/input_ids`` ...); {"batch": i, "save": PATH} also writes the five outputs to PATH.
+(``batch<i>/input_ids`` ...); {"batch": i, "autocast": "bfloat16"} runs the pass (encoder and
+head) under ``torch.autocast('cpu', dtype=torch.bfloat16)``; {"batch": i, "save": PATH} also
+writes the five outputs (float32) to PATH. The first line says the torch version and whether
+PyTorch's oneDNN may use AMX tiles (``amx``: the tile permission granted to this process).
 """
-import argparse
-import json
-import os
-import sys
-import time
+from _torch_peer import autocast_context, serve, start_peer
 
 
 def build_head(torch, weights):
@@ -45,40 +44,24 @@ def build_head(torch, weights):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument('--threads', type=int, default=os.cpu_count())
-    parser.add_argument('--model-dir', required=True)
-    parser.add_argument('--batches', required=True, help='the .npz of bench_qa.save_batches')
-    args = parser.parse_args()
     import numpy as onp
-    import torch
-    from transformers import BertModel
-    torch.set_num_threads(args.threads)
-    with onp.load(args.batches) as data:
-        arrays = {k: data[k] for k in data.files}
+    torch, arrays, model = start_peer(__doc__.splitlines()[0], '--batches',
+                                      'the .npz of bench_qa.save_batches')
     head = build_head(torch, {k: v for k, v in arrays.items() if k.startswith('head/')})
-    model = BertModel.from_pretrained(args.model_dir, add_pooling_layer=False).eval()
 
-    def one_pass(i):
+    def one_pass(i, autocast):
         batch = {k: arrays['batch%d/%s' % (i, k)] for k in
                  ('input_ids', 'token_types', 'valid_length', 'p_mask')}
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast_context(torch, autocast):
             ids = torch.from_numpy(batch['input_ids']).long()
             length = torch.from_numpy(batch['valid_length'])
             mask = (torch.arange(ids.shape[1])[None] < length[:, None]).long()
             hidden = model(input_ids=ids, attention_mask=mask,
                            token_type_ids=torch.from_numpy(batch['token_types']).long())[0]
-            return [o.numpy() for o in head(hidden, torch.from_numpy(batch['p_mask']))]
+            return [o.float().numpy() for o in head(hidden, torch.from_numpy(batch['p_mask']))]
 
-    print(json.dumps({'ready': True, 'torch': torch.__version__}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        start = time.perf_counter()
-        outputs = one_pass(request['batch'])
-        reply = {'seconds': time.perf_counter() - start}
-        if request.get('save'):
-            onp.savez(request['save'], *outputs)
-        print(json.dumps(reply), flush=True)
+    serve(torch, lambda request: one_pass(request['batch'], request.get('autocast')),
+          lambda path, outputs: onp.savez(path, *outputs))
 
 
 if __name__ == '__main__':

@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from _torch_peer import torch_amx
+
 
 def status_bytes(field):
     with open('/proc/self/status') as status:
@@ -56,7 +58,8 @@ def main():
         peak = status_bytes('VmHWM') - before      # VmHWM: not inherited like ru_maxrss
         print(json.dumps({'peak_bytes': peak, 'torch': torch.__version__}), flush=True)
         return
-    print(json.dumps({'ready': True, 'torch': torch.__version__}), flush=True)
+    print(json.dumps({'ready': True, 'torch': torch.__version__, 'amx': torch_amx(torch)}),
+          flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         start = time.perf_counter()

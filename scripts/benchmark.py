@@ -6,10 +6,12 @@ machine's GEMM limit (oneDNN ``fully_connected`` 4096^2), ratio to each peer mea
 rounds, and for the long configurations the peak memory of a separate process per
 implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own table, see
 ``jobs.bench.models``; ``bert_models``: BERT-base and BERT-large against GluonNLP 0.10 with
-oneDNN's fusion, ``jobs.bench.bert_models``): throughput, ratio to PyTorch + transformers, ONNX
-Runtime and ONNX Runtime on the fused Hugging Face export (float32 and INT8), and for
-``qa_inference`` the answers kept against our float32 graph and F1 (``--qa-model-dir``);
-``--modes`` does not apply to them.
+oneDNN's fusion, ``jobs.bench.bert_models``): throughput, ratio to our float32 row, PyTorch +
+transformers in float32 and in bfloat16 autocast, ONNX Runtime and ONNX Runtime on the fused
+Hugging Face export (float32 and INT8), and for ``qa_inference`` the answers kept against our
+float32 graph and F1 (``--qa-model-dir``); under that table, one line per ratio goal of the
+bfloat16 rows (met or not); ``--modes`` does not apply to them. The header says whether our
+bfloat16 rows ran on AMX and what the torch peer said of AMX.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
 """
@@ -101,7 +103,8 @@ class TorchPeer:
     def __init__(self, python, threads):
         self.proc = subprocess.Popen([python, TORCH_WORKER, '--threads', str(threads)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.version = json.loads(self.proc.stdout.readline())['torch']
+        ready = json.loads(self.proc.stdout.readline())
+        self.version, self.amx = ready['torch'], ready.get('amx')
 
     def timer(self, request):
         def run():
@@ -216,7 +219,8 @@ def versions(args, torch_peer):
     info = dict(threads=args.threads, OMP_NUM_THREADS=os.environ.get('OMP_NUM_THREADS'),
                 cpu_count=os.cpu_count(), python=platform.python_version(),
                 mxnet=mx.__version__, numpy=numpy.__version__, machine=platform.machine(),
-                torch=torch_peer.version if torch_peer else None)
+                torch=torch_peer.version if torch_peer else None,
+                torch_amx=torch_peer.amx if torch_peer else None)
     from gluon_attention.core import fused
     info['fused_isa'], info['cpu_features'] = fused.isa(), fused.cpu_features()
     from gluon_attention import hardware
@@ -234,14 +238,15 @@ def versions(args, torch_peer):
 
 def markdown(rows, info, limit):
     from jobs.bench.bert_models import bert_models_table
-    from jobs.bench.models import model_table
+    from jobs.bench.models import goal_lines, model_table, torch_amx_sentence
     lines = ['Threads: {threads} (OMP_NUM_THREADS={OMP_NUM_THREADS}, {cpu_count} cores); '
              'mxnet {mxnet}, numpy {numpy}, gluonnlp {gluonnlp}, torch {torch}, '
              'Python {python}; commit {commit}.'.format(**info),
              'Fused kernel: {fused_isa} path (CPU instruction sets: {cpu_features}).'.format(
                  **info),
              'AMX {} for the bfloat16 rows ({}).'.format('used' if info['amx'] else 'not used',
-                                                         info['amx_reason']),
+                                                         info['amx_reason'])
+             + torch_amx_sentence(info),
              'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
              'this row\'s time (> 1 = this row is faster).'.format(limit), '',
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '
@@ -254,7 +259,8 @@ def markdown(rows, info, limit):
         cells += ['%.2fx' % ratio[p] if p in ratio else '-' for p in PEERS]
         cells.append('%.0f' % row['peak_mb'] if row.get('peak_mb') is not None else '-')
         lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines + model_table(rows) + bert_models_table(rows)) + '\n'
+    return '\n'.join(lines + model_table(rows) + goal_lines(rows)
+                     + bert_models_table(rows)) + '\n'
 
 
 def main(argv=None):

@@ -9,7 +9,12 @@ length, gold spans inside the sequence), forward + backward + AdamW update, time
 
 ``--impl torch`` needs torch and transformers (not product dependencies) and uses
 ``BertForQuestionAnswering`` with the usual span loss; ``--impl ours`` uses ``BertEncoder`` with
-``ModelForQAConditional`` and ``qa_loss`` (the run_squad.py step). Prints one JSON line.
+``ModelForQAConditional`` and ``qa_loss`` (the run_squad.py step). ``--matmul-dtype bfloat16``:
+ours with the encoder's dense products in bfloat16 (``Kernels(matmul_dtype='bfloat16')``);
+torch with the forward pass and the loss under ``torch.autocast('cpu', dtype=torch.bfloat16)``
+(the backward pass outside it, as PyTorch recommends; float32 weights and optimizer). Prints one
+JSON line, with ``amx``: whether this process's library (ours: ``gluon_attention.hardware``;
+torch: ``torch.cpu._init_amx``) may use AMX tiles.
 """
 import argparse
 import json
@@ -28,7 +33,9 @@ def parse_args(argv=None):
                         "ours-composed: the composed MXNet operators instead")
     p.add_argument('--matmul-dtype', choices=('float32', 'bfloat16'), default='float32',
                    help="ours: the dtype of the encoder's dense products "
-                        '(gluon_attention.core.matmul; bfloat16 on CPUs with oneDNN)')
+                        '(gluon_attention.core.matmul; bfloat16 on CPUs with oneDNN); torch: '
+                        "bfloat16 runs the forward pass under torch.autocast('cpu', "
+                        'dtype=torch.bfloat16)')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--seq-length', type=int, default=128)
     p.add_argument('--steps', type=int, default=8)
@@ -52,10 +59,12 @@ def _ours(args, ids, spans):
     import mxnet as mx
     from mxnet import autograd
     from gluon_attention import Kernels
+    from gluon_attention.hardware import amx_in_use
     from gluon_attention.models.encoder import BertEncoder
     from gluon_attention.models.qa import ModelForQAConditional, qa_loss
     from jobs.engine.distributed import DataParallel
     mx.npx.set_np()
+    args.amx = amx_in_use()
     model = ModelForQAConditional(BertEncoder.from_pretrained(
         args.model_dir, attention_dropout=0.0, kernels=Kernels(
             attention='auto' if args.impl == 'ours' else 'composed',
@@ -89,6 +98,8 @@ def _ours(args, ids, spans):
 def _torch(args, ids, spans):
     import torch
     from transformers import BertForQuestionAnswering
+    from _torch_peer import autocast_context, torch_amx
+    args.amx = torch_amx(torch)
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
     model = BertForQuestionAnswering.from_pretrained(args.model_dir)
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -99,7 +110,8 @@ def _torch(args, ids, spans):
 
     def step():
         optimizer.zero_grad()
-        out = model(input_ids=tokens, start_positions=start, end_positions=end)
+        with autocast_context(torch, None if args.matmul_dtype == 'float32' else 'bfloat16'):
+            out = model(input_ids=tokens, start_positions=start, end_positions=end)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -129,7 +141,8 @@ def main(argv=None):
     print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads,
                       'batch_size': args.batch_size,
                       'seq_length': args.seq_length, 'median_step_seconds': round(median, 3),
-                      'features_per_second': round(args.batch_size / median, 2)}))
+                      'features_per_second': round(args.batch_size / median, 2),
+                      'amx': args.amx}))
     return 0
 
 

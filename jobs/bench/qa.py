@@ -24,6 +24,9 @@ to 8 tokens (:func:`eval_batches`). Every implementation gets the same batches:
 * ``torch_transformers``: PyTorch + transformers ``BertModel`` in eval mode under
   ``torch.inference_mode`` with the same encoder weights and the same conditional head
   (``scripts/bench_qa_torch_peer.py``, in the peer interpreter; it reads :func:`save_batches`);
+* ``torch_transformers_bfloat16``: the same model in the same peer process under
+  ``torch.autocast('cpu', dtype=torch.bfloat16)`` (its products in bfloat16 on PyTorch's own
+  oneDNN, which uses AMX where the CPU has it, whatever this process decided);
 * ``onnxruntime_hf_optimized`` and ``onnxruntime_hf_int8``: the Hugging Face ``BertModel``
   export of the same weights with the same head, written by ``scripts/export_hf_qa_onnx.py`` in
   the peer interpreter (which needs onnx too), then optimized and quantized here as ours is.
@@ -40,7 +43,7 @@ null threshold. Each row gives, besides the throughput, ``answers_kept`` (the fr
 questions whose decoded answer text is that of ``ours_exported``) and, for a fine-tuned folder
 only, ``f1`` (the official SQuAD F1 on the questions). Under random heads F1 would mean nothing
 and is not given, and the answers are decoded without null answers, so that what is compared
-is each question's best span. The torch row gives neither (its outputs stay in the peer).
+is each question's best span. The torch rows give neither (their outputs stay in the peer).
 :func:`qa_inference_rows` times them (rows as in :mod:`~jobs.bench.models`).
 Glossary: B batch, T padded sequence length.
 """
@@ -68,10 +71,12 @@ from gluon_attention.pipelines.folder import HEAD_FILE, QA_CONFIG
 from gluon_attention.resources import default_model_dir
 
 from ..squad.data import check_not_trained_on
-from .models import TORCH, imports, rows_from_medians
+from .models import TORCH, TORCH_BFLOAT16, imports, rows_from_medians
+from .peer import PeerProcess
 
 __all__ = ['EVAL_FILE', 'IMPLS', 'eval_set', 'eval_batches', 'fine_tuned_folder', 'export_qa',
            'export_random_qa', 'head_weights', 'save_batches', 'ours_runner', 'onnx_runner',
+           'torch_qa_peer',
            'decoded_answers', 'answer_quality', 'qa_inference_rows']
 
 EVAL_FILE = 'haystack-small'
@@ -81,7 +86,8 @@ N_BEST, MAX_ANSWER_LENGTH = 20, 30      # the job's decoding defaults
 ORT_ROWS = ('onnxruntime', 'onnxruntime_ours_optimized', 'ours_int8')
 HF_ROWS = ('onnxruntime_hf_optimized', 'onnxruntime_hf_int8')
 BFLOAT16_ROW = 'ours_exported_bfloat16'
-IMPLS = ('ours_exported', BFLOAT16_ROW) + ORT_ROWS + (TORCH,) + HF_ROWS
+TORCH_ROWS = (TORCH, TORCH_BFLOAT16)
+IMPLS = ('ours_exported', BFLOAT16_ROW) + ORT_ROWS + TORCH_ROWS + HF_ROWS
 ONNX_MODULES = ('onnxruntime', 'onnx', 'sympy')      # the [onnx] extra
 
 
@@ -258,34 +264,17 @@ def onnx_runner(onnx_path, threads=None):
     return run
 
 
-class _TorchQAPeer:
-    """scripts/bench_qa_torch_peer.py in the torch interpreter: one batch per request (its
-    stderr goes to a file beside the batches, quoted when it stops answering)."""
+def torch_qa_peer(python, script, threads, model_dir, batches_path):
+    """scripts/bench_qa_torch_peer.py in the torch interpreter ``python``
+    (:class:`~jobs.bench.peer.PeerProcess`; its standard error in a file beside the batches):
+    ``ask({'batch': i, 'autocast': 'bfloat16'})`` answers ``{'seconds': t}`` for one pass over
+    batch i (``autocast`` None or absent: float32)."""
+    return PeerProcess([python, script, '--threads', str(threads), '--model-dir', str(model_dir),
+                        '--batches', batches_path], batches_path + '.stderr')
 
-    def __init__(self, python, script, threads, model_dir, batches_path):
-        self.log = batches_path + '.stderr'
-        with open(self.log, 'w') as log:
-            self.proc = subprocess.Popen(
-                [python, script, '--threads', str(threads), '--model-dir', str(model_dir),
-                 '--batches', batches_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, text=True)
-        self._reply()
 
-    def _reply(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            with open(self.log) as log:
-                raise RuntimeError('the torch QA peer stopped: ' + log.read()[-500:])
-        return json.loads(line)
-
-    def run(self, index):
-        self.proc.stdin.write(json.dumps({'batch': index}) + '\n')
-        self.proc.stdin.flush()
-        return self._reply()['seconds']
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
+def _torch_runner(peer, autocast):
+    return lambda i: (peer.ask({'batch': i, 'autocast': autocast})['seconds'], None)
 
 
 def decoded_answers(examples, features, outputs, threshold):
@@ -371,15 +360,16 @@ def _qa_runners(folder, found, threads, torch_python, peer_script, model_dir, tu
                                       model_dir, batches_path)
     skipped += onnx_skipped
     if not torch_python:       # one line for the peer's rows (the HF ones: if ONNX can run)
-        skipped.append(_skip_line((TORCH,) + (HF_ROWS if files else ()),
+        skipped.append(_skip_line(TORCH_ROWS + (HF_ROWS if files else ()),
                                   'no interpreter with torch and transformers (make bench '
                                   'installs .venv-peer; benchmark.py --torch-python)'))
     for name, path in files.items():
         runners[name] = _on_batches(onnx_runner(path, threads), batches)
     peer = None
     if torch_python:
-        peer = _TorchQAPeer(torch_python, peer_script, threads, model_dir, batches_path)
-        runners[TORCH] = lambda i: (peer.run(i), None)
+        peer = torch_qa_peer(torch_python, peer_script, threads, model_dir, batches_path)
+        runners[TORCH], runners[TORCH_BFLOAT16] = (_torch_runner(peer, None),
+                                                   _torch_runner(peer, 'bfloat16'))
     return {name: runners[name] for name in IMPLS if name in runners}, peer, skipped
 
 

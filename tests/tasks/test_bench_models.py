@@ -35,7 +35,8 @@ KEYS = {'config', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_
 TINY_QA = dict(max_questions=3, max_seq_length=64, batch_size=4)
 PEER_SCRIPT = str(ROOT / 'scripts' / 'bench_qa_torch_peer.py')
 ONNX_ROWS = {'onnxruntime', 'onnxruntime_ours_optimized', 'ours_int8'}
-PEER_ROWS = {'torch_transformers', 'onnxruntime_hf_optimized', 'onnxruntime_hf_int8'}
+PEER_ROWS = {'torch_transformers', 'torch_transformers_bfloat16', 'onnxruntime_hf_optimized',
+             'onnxruntime_hf_int8'}
 
 
 @pytest.fixture(scope='module')
@@ -89,7 +90,8 @@ def test_qa_inference_rows_time_every_question_and_say_which_rows_are_left_out(
     assert onnx.startswith('qa_inference: no onnxruntime, onnxruntime_ours_optimized, ours_int8, '
                            'onnxruntime_hf_optimized, onnxruntime_hf_int8 rows: ')
     assert 'ga_no_such_module' in onnx
-    assert peer.startswith('qa_inference: no torch_transformers row: no interpreter with torch')
+    assert peer.startswith('qa_inference: no torch_transformers, torch_transformers_bfloat16 '
+                           'rows: no interpreter with torch')
 
 
 def _tiny_model_folder(folder, encoder_dir, trained_titles=()):
@@ -152,9 +154,9 @@ def test_qa_inference_rows_of_a_fine_tuned_folder_give_answers_kept_and_f1(tuned
     _check_quality(byname, ONNX_ROWS | bfloat16)
     assert printed[0].startswith('qa_inference: the fine-tuned model ') and 'F1' in printed[0]
     assert printed[1 + (not bfloat16):] == [
-        'qa_inference: no torch_transformers, onnxruntime_hf_optimized, onnxruntime_hf_int8 '
-        'rows: no interpreter with torch and transformers (make bench installs .venv-peer; '
-        'benchmark.py --torch-python)']
+        'qa_inference: no torch_transformers, torch_transformers_bfloat16, '
+        'onnxruntime_hf_optimized, onnxruntime_hf_int8 rows: no interpreter with torch and '
+        'transformers (make bench installs .venv-peer; benchmark.py --torch-python)']
 
 
 @pytest.mark.slow          # the peer's torch.onnx.export alone takes about 10 s
@@ -164,12 +166,16 @@ def test_the_peer_writes_the_hf_rows_from_the_same_weights(tuned_rows, tmp_path)
         pytest.skip('no interpreter with torch, transformers and onnx (make bench creates '
                     '.venv-peer)')
     byname, printed = _rows_and_printed(tuned_rows[2], python, tmp_path)
-    assert set(byname) == {'ours_exported'} | ONNX_ROWS | PEER_ROWS and len(printed) == 1
+    bfloat16 = {bench_qa.BFLOAT16_ROW} if bfloat16_problem() is None else set()
+    assert set(byname) == {'ours_exported'} | ONNX_ROWS | PEER_ROWS | bfloat16
+    assert len(printed) == 1 + (not bfloat16)
     _check_rows(list(byname.values()), 'qa_inference', 'infer', 'questions/s', 3)
-    _check_quality(byname, ONNX_ROWS | PEER_ROWS - {'torch_transformers'})
+    _check_quality(byname, ONNX_ROWS | PEER_ROWS - {'torch_transformers',
+                                                    'torch_transformers_bfloat16'})
     assert byname['onnxruntime_hf_optimized']['answers_kept'] == 1.0   # float32, same model
     assert byname['torch_transformers']['answers_kept'] is None
-    assert byname['ours_int8']['ratio'].keys() == set(bench_models.PEERS)
+    assert byname['torch_transformers_bfloat16']['answers_kept'] is None
+    assert byname['ours_int8']['ratio'].keys() == set(bench_models.PEERS) - {'ours'}
 
 
 def test_qa_inference_refuses_a_folder_trained_on_the_questions(tiny_bert, tuned_rows,
@@ -215,28 +221,36 @@ def test_squad_step_rows_report_features_per_second(tiny_bert):
     rows = bench_models.squad_step_rows(str(ROOT / 'scripts' / 'squad_step_speed.py'), 1,
                                         None, rounds=1, batch_size=2, seq_length=32, steps=1,
                                         warmup=1, model_dir=tiny_bert)
-    assert [r['impl'] for r in rows] == ['ours'] and rows[0]['ratio'] == {}
-    assert rows[0]['shape'] == [2, 32]
+    bfloat16 = ['ours_bfloat16'] if bfloat16_problem() is None else []
+    assert [r['impl'] for r in rows] == ['ours'] + bfloat16 and rows[0]['ratio'] == {}
+    assert all(r['shape'] == [2, 32] for r in rows)
     _check_rows(rows, 'squad_step', 'train', 'features/s', 2)
 
 
 def test_model_table_prints_ratios_to_each_peer_answers_kept_and_f1():
-    rows = [dict(config='qa_inference', mode='infer', impl=impl, median_s=s, throughput=t,
-                 unit='questions/s', ratio=r, answers_kept=k, f1=f) for impl, s, t, r, k, f in (
-                     ('ours_int8', 2.0, 313.0, {'torch_transformers': 1.5, 'onnxruntime': 0.9,
-                                                'onnxruntime_hf_int8': 1.25}, 0.875, 53.971),
-                     ('torch_transformers', 3.0, 208.7, {}, None, None))]
+    rows = [dict(config=c, mode='infer', impl=impl, median_s=s, throughput=t,
+                 unit='questions/s', ratio=r, answers_kept=k, f1=f)
+            for c, impl, s, t, r, k, f in (
+                ('qa_inference', 'ours_int8', 2.0, 313.0,
+                 {'torch_transformers': 1.5, 'onnxruntime': 0.9, 'onnxruntime_hf_int8': 1.25,
+                  'ours_exported': 1.75, 'torch_transformers_bfloat16': 0.8}, 0.875, 53.971),
+                ('qa_inference', 'torch_transformers', 3.0, 208.7, {}, None, None),
+                ('squad_step', 'ours_bfloat16', 1.0, 16.0, {'ours': 1.6}, None, None))]
     table = bench_models.model_table(rows + [dict(config='bert128')])
-    assert table[1].endswith('| vs torch + transformers | vs ONNX Runtime | vs HF fused (ONNX '
-                             'Runtime) | vs HF INT8 (ONNX Runtime) | answers kept | F1 |')
-    assert table[-2] == ('| qa_inference | infer | ours_int8 | 2.000 | 313.00 questions/s '
-                         '| 1.50x | 0.90x | - | 1.25x | 87.5% | 53.97 |')
-    assert table[-1].endswith('| - | - | - | - | - | - |') and len(table) == 5
+    assert table[1].endswith('| vs ours float32 | vs torch + transformers | vs torch bfloat16 '
+                             'autocast | vs ONNX Runtime | vs HF fused (ONNX Runtime) | vs HF '
+                             'INT8 (ONNX Runtime) | answers kept | F1 |')
+    assert table[-3] == ('| qa_inference | infer | ours_int8 | 2.000 | 313.00 questions/s '
+                         '| 1.75x | 1.50x | 0.80x | 0.90x | - | 1.25x | 87.5% | 53.97 |')
+    assert table[-2].endswith('| - | - | - | - | - | - | - | - |') and len(table) == 6
+    # our float32 row of squad_step ('ours') shares the column of qa_inference's
+    assert table[-1].endswith('| ours_bfloat16 | 1.000 | 16.00 questions/s | 1.60x | - | - | '
+                              '- | - | - | - | - |')
     assert all(line.count('|') == table[1].count('|') for line in table[1:])
     assert bench_models.model_table([dict(config='bert128')]) == []
 
 
-def test_torch_peer_computes_our_outputs(tiny_bert, tmp_path):
+def test_torch_peer_computes_our_outputs_in_float32_and_close_in_bfloat16(tiny_bert, tmp_path):
     python = _peer_python()
     if python is None:
         pytest.skip('no interpreter with torch and transformers (make bench creates .venv-peer)')
@@ -245,19 +259,25 @@ def test_torch_peer_computes_our_outputs(tiny_bert, tmp_path):
                                              onnx=False)
     weights = {'head/' + k: v for k, v in bench_qa.head_weights(inference).items()}
     path = bench_qa.save_batches(str(tmp_path / 'batches.npz'), batches, weights)
-    peer = bench_qa._TorchQAPeer(python, str(ROOT / 'scripts' / 'bench_qa_torch_peer.py'),
-                                 1, tiny_bert, path)
+    peer = bench_qa.torch_qa_peer(python, str(ROOT / 'scripts' / 'bench_qa_torch_peer.py'),
+                                  1, tiny_bert, path)
     try:
-        peer.proc.stdin.write('{"batch": 0, "save": "%s"}\n' % (tmp_path / 'out.npz'))
-        peer.proc.stdin.flush()
-        assert peer._reply()['seconds'] > 0
+        for autocast in (None, 'bfloat16'):
+            reply = peer.ask({'batch': 0, 'autocast': autocast,
+                              'save': str(tmp_path / ('out-%s.npz' % autocast))})
+            assert reply['seconds'] > 0
     finally:
         peer.close()
+    assert set(peer.ready) == {'ready', 'torch', 'amx'}
     want = inference(*[mx.np.array(batches[0][k], dtype=batches[0][k].dtype)
                        for k in ('input_ids', 'token_types', 'valid_length', 'p_mask')])
-    with onp.load(tmp_path / 'out.npz') as got:
+    with onp.load(tmp_path / 'out-None.npz') as got:
         for j, w in enumerate(want):
             onp.testing.assert_allclose(got['arr_%d' % j], w.asnumpy(), rtol=1e-4, atol=1e-4)
+    with onp.load(tmp_path / 'out-bfloat16.npz') as got:
+        # the start log-probabilities: float32 outputs of bfloat16 products (8 mantissa bits)
+        assert got['arr_0'].dtype == onp.float32
+        onp.testing.assert_allclose(got['arr_0'], want[0].asnumpy(), rtol=0.05, atol=0.05)
 
 
 def _benchmark_script():
@@ -280,8 +300,8 @@ def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
     table = script.markdown([row], info, 100.0)
     assert 'Fused kernel: avx2 path (CPU instruction sets: avx2 fma)' in table
     assert 'AMX not used for the bfloat16 rows (the CPU has no AMX).' in table
-    assert ('| squad_step | train | ours | 1.600 | 10.00 features/s | 1.25x | - | - | - | - | - |'
-            in table)
+    assert ('| squad_step | train | ours | 1.600 | 10.00 features/s | - | 1.25x | - | - | - | - '
+            '| - | - |' in table)
 
 
 @pytest.mark.parametrize('argv', [['--configs', ''], ['--configs', ' , '],
