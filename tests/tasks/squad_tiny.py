@@ -58,10 +58,11 @@ def tiny_args(model_dir, train_file):
             '--max-query-length', '16', '--threads', '1', '--no-progress', '--seed', '5']
 
 
-def script_module():
-    """scripts/run_squad.py loaded as a module, to call its ``main`` in this process."""
+def script_module(name='run_squad'):
+    """scripts/<name>.py loaded as a module, to call its functions in this process."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location('run_squad_script', str(SCRIPT))
+    spec = importlib.util.spec_from_file_location(name + '_script',
+                                                  str(ROOT / 'scripts' / (name + '.py')))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

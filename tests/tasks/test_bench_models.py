@@ -9,7 +9,6 @@ or this one), and is skipped otherwise (the qa_inference rows then check the lin
 """
 import contextlib
 import functools
-import importlib.util
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ from gluon_attention.pipelines import load_qa_folder, load_qa_model
 from gluon_attention.pipelines.features import run_batches
 from jobs.squad.folder import save_model_folder
 
-from squad_tiny import ROOT, make_tiny_bert
+from squad_tiny import ROOT, make_tiny_bert, script_module
 
 KEYS = {'config', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_mb',
         'throughput', 'unit', 'answers_kept', 'f1'}
@@ -280,15 +279,8 @@ def test_torch_peer_computes_our_outputs_in_float32_and_close_in_bfloat16(tiny_b
         onp.testing.assert_allclose(got['arr_0'], want[0].asnumpy(), rtol=0.05, atol=0.05)
 
 
-def _benchmark_script():
-    spec = importlib.util.spec_from_file_location('benchmark', ROOT / 'scripts' / 'benchmark.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
-    script = _benchmark_script()
+    script = script_module('benchmark')
     assert {'squad_step', 'qa_inference'} <= set(script.parse_args([]).configs)
     assert script.parse_args(['--configs', 'bert128,decode']).configs == ['bert128', 'decode']
     row = dict(config='squad_step', shape=[16, 128], mode='train', impl='ours', median_s=1.6,
@@ -308,12 +300,12 @@ def test_make_bench_runs_the_model_rows_by_default_and_configs_skips_them():
                                   ['--configs', 'squad_step,bogus'], ['--model-rounds', '0']])
 def test_benchmark_refuses_no_config_an_unknown_one_and_zero_rounds(argv, capsys):
     with pytest.raises(SystemExit):
-        _benchmark_script().parse_args(argv)
+        script_module('benchmark').parse_args(argv)
     assert 'configs must be one or more of' in capsys.readouterr().err
 
 
 def test_benchmark_configs_may_have_spaces_around_the_names():
-    configs = _benchmark_script().parse_args(['--configs', ' squad_step , qa_inference']).configs
+    configs = script_module('benchmark').parse_args(['--configs', ' squad_step , qa_inference']).configs
     assert configs == ['squad_step', 'qa_inference']
 
 
@@ -321,6 +313,6 @@ def test_benchmark_refuses_a_qa_model_dir_without_a_model_before_timing(tmp_path
                                                                        monkeypatch):
     monkeypatch.setenv('OMP_NUM_THREADS', '1')     # main sets it from --threads
     with pytest.raises(SystemExit, match='must be a pretrained BERT folder'):
-        _benchmark_script().main(['--threads', '1', '--configs', 'qa_inference',
+        script_module('benchmark').main(['--threads', '1', '--configs', 'qa_inference',
                                   '--qa-model-dir', str(tmp_path)])
-    assert _benchmark_script().parse_args([]).qa_model_dir == ''
+    assert script_module('benchmark').parse_args([]).qa_model_dir == ''
