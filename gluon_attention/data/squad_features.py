@@ -267,8 +267,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
         In tokens. ``doc_stride <= max_seq_length - max_query_length - S``.
     is_training : bool
         When True, answerable examples whose gold span does not match are dropped. When
-        False, an example with an empty or whitespace-only question or context
-        (``squad_decode.is_blank_input``) gets no feature: its answer is '' by rule.
+        False, an example with a blank question or context (empty, or white space and
+        invisible characters only: ``squad_decode.is_blank_input``) gets no feature: its
+        answer is '' by rule.
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
         another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
