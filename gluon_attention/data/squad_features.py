@@ -252,10 +252,12 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     The query is truncated to ``max_query_length`` tokens; the context is split into chunks of
     ``max_seq_length - len(query) - S`` tokens (S the special tokens of a pair: 3 for BERT, 4 for
     RoBERTa) starting at 0, ``doc_stride``, ... until one reaches its end. Features are laid out
-    as the tokenizer lays out a pair (:func:`gluon_attention.data.squad_layout.pair_layout`). The gold span is the first answer's character span mapped to the tokens that overlap
-    it; it counts as matched when the detokenised span text contains the normalised answer (other
+    as the tokenizer lays out a pair (:func:`gluon_attention.data.squad_layout.pair_layout`).
+    The gold span is the first answer's character span mapped to the tokens that overlap it; it
+    counts as matched when the detokenised span text contains the normalised answer (other
     occurrences of the answer text are tried otherwise). A chunk holding the whole gold span gets
-    it in feature coordinates; other chunks and impossible questions get (0, 0), the CLS token.
+    it in feature coordinates; other chunks and impossible questions get (0, 0), position 0 (the
+    CLS token, ``<s>`` for RoBERTa).
 
     Parameters
     ----------
@@ -292,8 +294,9 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     ------
     ValueError
         For non-positive sizes, a stride that would skip context tokens, a tokenizer with no
-        pair layout (see :func:`~gluon_attention.data.squad_layout.pair_layout`), or a question or context that cannot be encoded as UTF-8 (a lone
-        UTF-16 surrogate such as ``'\\ud800'``; the field is named ``examples[i].question``).
+        pair layout (see :func:`~gluon_attention.data.squad_layout.pair_layout`), or a question
+        or context that cannot be encoded as UTF-8 (a lone UTF-16 surrogate such as
+        ``'\\ud800'``; the field is named ``examples[i].question``).
     """
     layout = pair_layout(tokenizer)
     _check_lengths(max_seq_length, doc_stride, max_query_length, layout.num_special)
