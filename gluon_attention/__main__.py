@@ -8,6 +8,24 @@ from .core import fused
 __all__ = ['main']
 
 
+def _sizes(text):
+    """``--sizes`` text -> {key: int}: comma-separated KEY=N, KEY one of the convertible sizes
+    (gluon_attention.convert.SIZE_KEYS), N a positive integer; each key at most once."""
+    from .convert import SIZE_KEYS  # pylint: disable=import-outside-toplevel
+    sizes = {}
+    for item in (part.strip() for part in text.split(',')):
+        key, _, value = item.partition('=')
+        if not item:
+            continue
+        if key not in SIZE_KEYS or not value.isdigit() or int(value) <= 0 or key in sizes:
+            raise argparse.ArgumentTypeError(
+                'expected comma-separated KEY=N with KEY one of {} (each at most once) and N a '
+                'positive integer, e.g. num_layers=4,units=256; {!r} is not. Received: '
+                '--sizes={!r}'.format(', '.join(SIZE_KEYS), item, text))
+        sizes[key] = int(value)
+    return sizes
+
+
 def _convert_parser(architectures):
     parser = argparse.ArgumentParser(
         prog='python -m gluon_attention convert', allow_abbrev=False,
@@ -26,7 +44,7 @@ def _convert_parser(architectures):
                                         'vocab.txt (with --from)')
     parser.add_argument('--output-dir', help='the model folder to write (with --from)')
     parser.add_argument('--model-dir', help='the model folder to read (with --to)')
-    parser.add_argument('--sizes', default='',
+    parser.add_argument('--sizes', type=_sizes, default={},
                         help='a model built at other sizes than the zoo name: comma-separated '
                              'KEY=N of num_layers, units, hidden_size, num_heads, max_length')
     parser.add_argument('--merges', help="RoBERTa: the pretrained RoBERTa's merges.txt; with "
@@ -61,10 +79,8 @@ def convert_main(argv):
             print(to_transformers(args.model_dir, args.output_dir) if args.target ==
                   'transformers' else to_gluonnlp(args.model_dir, args.params))
             return 0
-        sizes = dict(item.split('=', 1) for item in args.sizes.split(',') if item)
         result = from_gluonnlp(args.params, args.model, args.vocab, args.output_dir,
-                               lower=args.lower,
-                               sizes={k: int(v) for k, v in sizes.items()} or None,
+                               lower=args.lower, sizes=args.sizes or None,
                                merges_file=args.merges)
     except (ValueError, FileNotFoundError, ImportError) as err:    # ImportError: an extra
         print('error: {}'.format(err), file=sys.stderr)

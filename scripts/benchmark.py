@@ -276,13 +276,15 @@ def main(argv=None):
         from gluon_attention.data import squad
         from gluon_attention.pipelines.folder import check_model_folder
         from jobs.bench.qa import EVAL_FILE, fine_tuned_folder
+        from jobs.engine.config import as_flags
         try:
             squad.default_data_path(EVAL_FILE, args.data_dir)
             if args.qa_model_dir:           # and its model folder
                 check_model_folder(args.qa_model_dir, fine_tuned=os.path.isdir(
                     args.qa_model_dir) and fine_tuned_folder(args.qa_model_dir) is not None)
         except ValueError as err:
-            raise SystemExit('benchmark.py: error: {}'.format(err)) from None
+            message = as_flags(err, ['data_dir'])
+            raise SystemExit('benchmark.py: error: {}'.format(message)) from None
     python = torch_python(args.torch_python)
     torch_peer = TorchPeer(python, args.threads) if python else None
     start = time.time()

@@ -54,13 +54,14 @@ def main(argv=None):
     from jobs.serve.instance import instance_url, kill_workers
     from jobs.serve.load import check_loopback, compare_answers, run_load, summarize
     from jobs.squad.data import data_path
+    from jobs.engine.config import as_flags
     args.url = args.url or instance_url(args.instance_dir) or DEFAULT_URL
     try:
         check_loopback(args.url)
         examples = read_squad(data_path(args.questions, args.data_dir or None),
                               require_answers=False)
     except ValueError as err:
-        build_parser().error(str(err))
+        build_parser().error(as_flags(err, ['data_dir']))
     count = args.requests or len(examples)
     order = [examples[i % len(examples)] for i in range(count)]
     bodies = [json.dumps({'question': e.question, 'context': e.context}).encode('utf-8')

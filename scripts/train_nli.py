@@ -92,7 +92,7 @@ def main(argv=None):
     """Run the command the command line names; returns what the library function returns."""
     import sys
     import mxnet as mx
-    from jobs.engine.config import from_args, parse_command
+    from jobs.engine.config import as_flags, from_args, parse_command
     from jobs.nli.config import NLIConfig, check_config
     args = parse_command(build_parser(), sys.argv[1:] if argv is None else argv)
     config = from_args(NLIConfig, args)
@@ -100,7 +100,7 @@ def main(argv=None):
         check_config(config)
         _check_command(args)
     except (ValueError, TypeError) as err:
-        args.parser.error(str(err))
+        args.parser.error(as_flags(err, NLIConfig))
     mx.npx.set_np()
     from jobs.nli import job, model
     try:            # a missing or malformed data file or model folder: one line, nothing written
@@ -109,7 +109,7 @@ def main(argv=None):
         data = model.load_data(config)
         entry = job.check_resumable(config)
     except (ValueError, OSError, ImportError) as err:
-        raise SystemExit('train_nli.py: error: {}'.format(err)) from None
+        raise SystemExit('train_nli.py: error: {}'.format(as_flags(err, NLIConfig))) from None
     from jobs.engine.loop import exit_interrupted
     try:
         return job.train(config, data, entry)

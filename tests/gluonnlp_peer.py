@@ -75,8 +75,12 @@ class SquadModel(HybridBlock):
             self.bert = bert
             self.span_classifier = nn.Dense(2, flatten=False)
 
-    def hybrid_forward(self, F, inputs, token_types, valid_length):  # pylint: disable=arguments-differ
-        return self.span_classifier(self.bert(inputs, token_types, valid_length))
+    def hybrid_forward(self, F, inputs, *rest):  # pylint: disable=arguments-differ
+        """``(inputs, token_types, valid_length)``, or ``(inputs, valid_length)`` over a
+        RoBERTa or DistilBERT (no token types; token types given are ignored)."""
+        if not isinstance(self.bert, (gbert.RoBERTaModel, gbert.DistilBERTModel)):
+            return self.span_classifier(self.bert(inputs, *rest))
+        return self.span_classifier(self.bert(inputs, rest[-1]))
 
 
 def randomize(block, seed, run):
@@ -149,3 +153,27 @@ def finetune_span(net, inputs, seed, steps=3, learning_rate=0.05):
             trainer.step(len(ids))
     assert losses[-1] < losses[0], losses
     return losses
+
+
+def span_answer(net, model_name, features, context, n_best=20, max_answer_length=30):
+    """(score, text) of a 0.10 SQuAD model's answer from its own logits on ``features`` (of one
+    question about ``context``), float64, one feature at a time, under 0.10's decoding rule
+    (finetune_squad.py with bert_qa_evaluate.predict: the top ``n_best`` starts and ends, pairs
+    inside the context with the start at its maximum context, end >= start, at most
+    ``max_answer_length`` tokens, best start + end logit)."""
+    best = None
+    for feature in features:
+        logits = call(net, model_name, onp.array([feature.input_ids], onp.int32),
+                      onp.array([feature.token_types], onp.int32),
+                      onp.array([feature.valid_length], onp.int32))[0].astype(onp.float64)
+        start, end = logits[:, 0], logits[:, 1]
+        low, high = feature.context_range
+        for s in onp.argsort(-start, kind='stable')[:n_best]:
+            for e in onp.argsort(-end, kind='stable')[:n_best]:
+                if not (low <= s < high and low <= e < high and s <= e < s + max_answer_length
+                        and feature.token_is_max_context[s - low]):
+                    continue
+                text = context[feature.token_to_char[s - low][0]:feature.token_to_char[e - low][1]]
+                if best is None or start[s] + end[e] > best[0]:
+                    best = (start[s] + end[e], text)
+    return best

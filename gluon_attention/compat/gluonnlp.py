@@ -12,7 +12,13 @@ multiplied by the mask.
 
 Shapes (0.10's): query (B, L_q, C_q), key (B, L_m, C_k), value (B, L_m, C_v) (None: the key),
 mask (B, L_q, L_m) of 0/1 (1 = attend) or None; context (B, L_q, C_v) (multi-head: C_v = the
-value units), att_weights (B, L_q, L_m) (multi-head: (B, K, L_q, L_m)); float32 or float64.
+value units), att_weights (B, L_q, L_m) (multi-head: (B, K, L_q, L_m)).
+
+Dtypes: every array of a call (the mask too) has the cell's dtype, float32 unless the cell was
+cast (``cell.cast('float64')``, or ``'float16'``). float16 runs on a GPU only: MXNet 1.9's CPU
+``batch_dot`` has no float16, so a float16 call on CPU arrays is refused up front with a
+TypeError (cast the arrays and the cell to float32 there), as is a call whose arrays' dtype
+differs from the cell's (MXNet would fail inside the graph).
 
 Outputs equal 0.10's wherever 0.10's are finite. A fully masked row (a query that may attend
 nothing) gets all-zero weights and a zero context here; 0.10 fills masked scores with -1e18 and
@@ -36,8 +42,9 @@ from .. import _checks
 __all__ = ['DotProductAttentionCell', 'MLPAttentionCell', 'MultiHeadAttentionCell']
 
 
-def _check_legacy_call(block, arrays):
-    """These cells run in legacy mode on legacy arrays."""
+def _check_legacy_call(cell, arrays):
+    """These cells run in legacy mode on legacy arrays of the cell's dtype (module docstring)."""
+    block = type(cell).__name__
     if mx.util.is_np_array():
         _checks.fail_type('{} (GluonNLP 0.10 compatible) runs outside numpy mode; call it '
                           'outside npx.set_np() (or in an mx.util.np_array(False) scope), or '
@@ -47,6 +54,18 @@ def _check_legacy_call(block, arrays):
         if isinstance(x, mx.np.ndarray):
             _checks.fail_type('{} takes legacy mx.nd arrays, as GluonNLP 0.10 does; convert with '
                               '.as_nd_ndarray()'.format(block), **{name: 'mxnet.numpy.ndarray'})
+    dtype = onp.dtype(cell._dtype)   # pylint: disable=protected-access
+    for name, x in arrays.items():
+        if not isinstance(x, mx.nd.NDArray):
+            continue                 # None, or a symbol inside a hybridized model
+        if onp.dtype(x.dtype) != dtype:
+            _checks.fail_type('{} is {}: query, key, value and mask must all be {} (or cast the '
+                              'cell with cell.cast(dtype))'.format(block, dtype.name, dtype.name),
+                              **{name + '.dtype': onp.dtype(x.dtype).name})
+        if dtype == onp.float16 and x.context.device_type == 'cpu':
+            _checks.fail_type('{} runs float16 on a GPU only (MXNet 1.9 has no float16 batch_dot '
+                              'on CPU): use float32 arrays and cell on CPU'.format(block),
+                              **{name + '.context': str(x.context)})
 
 
 def _masked_weights(F, scores, mask, dropout, dtype):
@@ -83,8 +102,7 @@ class _Cell(HybridBlock):
         super().cast(dtype)
 
     def __call__(self, query, key, value=None, mask=None):  # pylint: disable=arguments-differ
-        _check_legacy_call(type(self).__name__, dict(query=query, key=key, value=value,
-                                                     mask=mask))
+        _check_legacy_call(self, dict(query=query, key=key, value=value, mask=mask))
         return super().__call__(query, key, value, mask)
 
     def _scores(self, F, query, key):
@@ -133,7 +151,8 @@ class DotProductAttentionCell(_Cell):
     ValueError
         ``luong_style`` without ``units``.
     TypeError
-        Called on numpy-mode arrays or in numpy mode (module docstring).
+        Called on numpy-mode arrays or in numpy mode, on arrays of another dtype than the
+        cell's, or in float16 on CPU (module docstring).
     """
 
     def __init__(self, units=None, luong_style=False, scaled=True, normalized=False,
@@ -200,7 +219,8 @@ class MLPAttentionCell(_Cell):
     Raises
     ------
     TypeError
-        Called on numpy-mode arrays or in numpy mode (module docstring).
+        Called on numpy-mode arrays or in numpy mode, on arrays of another dtype than the
+        cell's, or in float16 on CPU (module docstring).
     """
 
     def __init__(self, units, act=None, normalized=False, dropout=0.0, weight_initializer=None,
@@ -246,7 +266,8 @@ class MultiHeadAttentionCell(_Cell):
     ValueError
         A projection size not divisible by ``num_heads``.
     TypeError
-        A base cell from elsewhere; a call on numpy-mode arrays or in numpy mode.
+        A base cell from elsewhere; a call on numpy-mode arrays or in numpy mode, on arrays of
+        another dtype than the cell's, or in float16 on CPU (module docstring).
     """
 
     def __init__(self, base_cell, query_units, key_units, value_units, num_heads, use_bias=True,

@@ -28,7 +28,7 @@ from .bpe import bpe_tokenizer
 from .vocab import read_vocab, write_tokenizer
 from .._optional import require
 
-__all__ = ['ARCHITECTURES', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
+__all__ = ['ARCHITECTURES', 'SIZE_KEYS', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
 
 _BERT = dict(num_token_types=2, layer_norm_eps=1e-12, activation='gelu', max_length=512)
 _ROBERTA = dict(num_token_types=0, layer_norm_eps=1e-5, activation='gelu', max_length=512)
@@ -44,7 +44,8 @@ ARCHITECTURES = {  # GluonNLP 0.10 zoo name -> BertEncoder configuration (its be
     'ernie_12_768_12': dict(_BERT, num_layers=12, units=768, hidden_size=3072, num_heads=12,
                             max_length=513, layer_norm_eps=1e-5, activation='relu'),
 }
-_SIZES = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
+#: The sizes a 0.10 model built at other sizes than its zoo name may replace.
+SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
 
 
 def encoder_config(model_name, vocab_size, sizes=None):
@@ -58,19 +59,23 @@ def encoder_config(model_name, vocab_size, sizes=None):
         V, the vocabulary's size.
     sizes : dict, optional
         Replacements of ``num_layers``, ``units``, ``hidden_size``, ``num_heads`` and
-        ``max_length`` for a 0.10 model built at other sizes from the same family.
+        ``max_length`` (:data:`SIZE_KEYS`; positive integers) for a 0.10 model built at
+        other sizes from the same family.
 
     Raises
     ------
     ValueError
-        An unknown ``model_name``, a key of ``sizes`` outside those above, or a ``num_heads``
+        An unknown ``model_name``, a key of ``sizes`` outside those above or a value that is
+        not a positive integer, or a ``num_heads``
         that does not divide ``units`` (the tensors hold no head count: a wrong one that divides
         ``units`` cannot be detected).
     """
     _checks.check_choice('model_name', model_name, tuple(ARCHITECTURES))
-    unknown = sorted(set(sizes or {}) - set(_SIZES))
+    unknown = sorted(set(sizes or {}) - set(SIZE_KEYS))
     if unknown:
-        _checks.fail('sizes may replace only {}'.format(', '.join(_SIZES)), sizes=unknown)
+        _checks.fail('sizes may replace only {}'.format(', '.join(SIZE_KEYS)), sizes=unknown)
+    for key, value in (sizes or {}).items():
+        _checks.check_positive_int('sizes[{!r}]'.format(key), value)
     config = dict(ARCHITECTURES[model_name], vocab_size=vocab_size, dropout=0.1,
                   attention_dropout=0.1, **(sizes or {}))
     # the tensors fix units but not the head count: at least refuse one that cannot split them

@@ -8,6 +8,7 @@ one chunk that sees the answer makes the question answerable.
 """
 import collections.abc
 import math
+import unicodedata
 
 import numpy as onp
 
@@ -20,10 +21,18 @@ _RESULT_KEYS = ('start_top_logits', 'start_top_index', 'end_top_logits', 'end_to
                 'answerable_logits')
 
 
+def _has_visible_character(text):
+    """True when ``text`` holds a character that is neither white space nor a control or format
+    character (Unicode categories Cc and Cf: zero-width space, joiners, BOM, direction marks)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ('Cc', 'Cf') for ch in text)
+
+
 def is_blank_input(question, context):
-    """True when the question or the context is empty or whitespace only: such a question gets
-    the null answer '' in every mode (evaluation, prediction), without running the model."""
-    return not question.strip() or not context.strip()
+    """True when the question or the context is blank: empty, or only white space and invisible
+    characters (control and format characters such as ``'\\u200b'``, the zero-width space).
+    Such a question gets the null answer '' in every mode (evaluation, prediction), without
+    running the model: it asks nothing, or about nothing."""
+    return not _has_visible_character(question) or not _has_visible_character(context)
 
 
 def best_span(start_logits, end_logits, p_mask=None, max_answer_length=30):
@@ -222,7 +231,8 @@ def decode_predictions(examples, features, results, n_best_size=20, max_answer_l
     null_odds : dict of str -> float
         Score difference ``min over features of (answerable_logits[1] - answerable_logits[0])``.
 
-    An example with an empty or whitespace-only question or context (``is_blank_input``) needs
+    An example with a blank question or context (``is_blank_input``: empty, white space or
+    invisible characters only) needs
     no feature: its answer is '' by rule (``predictions`` '', ``null_odds`` ``inf``, ``nbest``
     empty), whatever its features, if any, say.
     nbest : dict of str -> list of dict

@@ -1,14 +1,17 @@
-"""SQuAD features: WordPiece tokens with character offsets, doc-stride chunks, gold spans, batches.
+"""SQuAD features: tokens with character offsets, doc-stride chunks, gold spans, batches.
 
-A question becomes one feature per context chunk (BERT-style chunking with a document stride)::
+A question becomes one feature per context chunk (BERT-style chunking with a document stride),
+laid out as the tokenizer lays out a pair (:func:`gluon_attention.data.squad_layout.pair_layout`);
+for a BERT (WordPiece) tokenizer::
 
     input_ids    [CLS] query [SEP] context-chunk [SEP] [PAD] ...
     token_types    0   0...0   0     1...1       1     0 ...
     p_mask         1   0...0   0     1...1       0     0 ...
 
-``p_mask`` follows the library's polarity: 1 = the position may be predicted as an answer start
-or end (CLS, for the null answer, and the chunk's context tokens), 0 = it may not (query, SEP,
-padding).
+and for a RoBERTa (byte-level BPE) tokenizer ``<s> query </s></s> context-chunk </s>``, token
+types all 0. ``p_mask`` follows the library's polarity: 1 = the position may be predicted as an
+answer start or end (position 0, for the null answer, and the chunk's context tokens), 0 = it
+may not (query, other special tokens, padding).
 Import the public names from :mod:`gluon_attention.data.squad`.
 """
 import bisect
@@ -24,6 +27,7 @@ import numpy as onp
 from .._checks import check_positive_int, check_text, fail
 from .._resources import default_model_dir
 from .squad_decode import is_blank_input
+from .squad_layout import pair_layout
 from .squad_metric import normalize_answer
 from .._optional import require
 
@@ -89,7 +93,8 @@ def tokenizer_files(model_dir=None):
 
 @dataclasses.dataclass
 class SquadFeature:
-    """One chunk of one question, laid out ``[CLS] query [SEP] context[chunk] [SEP]``.
+    """One chunk of one question, laid out ``[CLS] query [SEP] context[chunk] [SEP]`` (or as
+    the tokenizer lays out a pair: :mod:`gluon_attention.data.squad_layout`).
 
     Lists have ``valid_length`` entries (input_ids, token_types, p_mask) or ``chunk_length``
     entries (token_to_char: (start, end) character span of each chunk token in the original
@@ -204,34 +209,35 @@ def _chunk_layout(num_tokens, max_chunk_length, doc_stride):
     return tuple((s, n, tuple((owner[s:s + n] == c).tolist())) for c, (s, n) in enumerate(chunks))
 
 
-def _check_lengths(max_seq_length, doc_stride, max_query_length):
+def _check_lengths(max_seq_length, doc_stride, max_query_length, num_special=3):
     for name, value in [('max_seq_length', max_seq_length), ('doc_stride', doc_stride),
                         ('max_query_length', max_query_length)]:
         check_positive_int(name, value)
-    if doc_stride > max_seq_length - max_query_length - 3:
-        fail('doc_stride must be at most max_seq_length - max_query_length - 3 so that no '
-             'context token is skipped', doc_stride=doc_stride, max_seq_length=max_seq_length,
+    if doc_stride > max_seq_length - max_query_length - num_special:
+        fail('doc_stride must be at most max_seq_length - max_query_length - {} (the special '
+             'tokens of a pair) so that no context token is skipped'.format(num_special),
+             doc_stride=doc_stride, max_seq_length=max_seq_length,
              max_query_length=max_query_length)
 
 
-def _example_features(index, example, query, context_ids, offsets, span, special_ids, sizes):
+def _example_features(index, example, query, context_ids, offsets, span, layout, sizes):
     """The features of one example (one per chunk); ``span`` is its gold token span (or, for an
-    impossible question, its plausible span) or None."""
-    cls_id, sep_id = special_ids
+    impossible question, its plausible span) or None; ``layout`` a PairLayout."""
     max_seq_length, doc_stride = sizes
-    context_offset = len(query) + 2
+    context_offset = layout.context_offset(len(query))
     features = []
-    layout = _chunk_layout(len(context_ids), max_seq_length - len(query) - 3, doc_stride)
-    for c, (s, n, is_max) in enumerate(layout):
+    chunks = _chunk_layout(len(context_ids), max_seq_length - len(query) - layout.num_special,
+                           doc_stride)
+    for c, (s, n, is_max) in enumerate(chunks):
         inside = span is not None and s <= span[0] and span[1] < s + n
         start, end = ((span[0] - s + context_offset, span[1] - s + context_offset)
                       if inside else (0, 0))
         features.append(SquadFeature(
             qas_id=example.qas_id, example_index=index, chunk_index=c,
-            input_ids=[cls_id] + query + [sep_id] + context_ids[s:s + n] + [sep_id],
-            token_types=[0] * context_offset + [1] * (n + 1),
-            p_mask=[1] + [0] * (context_offset - 1) + [1] * n + [0],
-            valid_length=context_offset + n + 1, context_offset=context_offset,
+            input_ids=layout.input_ids(query, context_ids[s:s + n]),
+            token_types=layout.token_types(len(query), n),
+            p_mask=[1] + [0] * (context_offset - 1) + [1] * n + [0] * len(layout.suffix),
+            valid_length=context_offset + n + len(layout.suffix), context_offset=context_offset,
             chunk_start=s, chunk_length=n, token_to_char=list(offsets[s:s + n]),
             token_is_max_context=list(is_max), start_position=start, end_position=end,
             is_impossible=example.is_impossible or not inside))
@@ -244,23 +250,28 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     """Tokenise examples into chunked features with gold token spans.
 
     The query is truncated to ``max_query_length`` tokens; the context is split into chunks of
-    ``max_seq_length - len(query) - 3`` tokens starting at 0, ``doc_stride``, ... until one reaches
-    its end. The gold span is the first answer's character span mapped to the tokens that overlap
-    it; it counts as matched when the detokenised span text contains the normalised answer (other
+    ``max_seq_length - len(query) - S`` tokens (S the special tokens of a pair: 3 for BERT, 4 for
+    RoBERTa) starting at 0, ``doc_stride``, ... until one reaches its end. Features are laid out
+    as the tokenizer lays out a pair (:func:`gluon_attention.data.squad_layout.pair_layout`).
+    The gold span is the first answer's character span mapped to the tokens that overlap it; it
+    counts as matched when the detokenised span text contains the normalised answer (other
     occurrences of the answer text are tried otherwise). A chunk holding the whole gold span gets
-    it in feature coordinates; other chunks and impossible questions get (0, 0), the CLS token.
+    it in feature coordinates; other chunks and impossible questions get (0, 0), position 0 (the
+    CLS token, ``<s>`` for RoBERTa).
 
     Parameters
     ----------
     examples : list of SquadExample
     tokenizer : tokenizers.Tokenizer
-        From :func:`load_tokenizer`; must know the tokens ``[CLS]`` and ``[SEP]``.
+        From :func:`load_tokenizer`: a post-processor that lays out a pair (BERT's, RoBERTa's
+        or a pair template), or, without one, the tokens ``[CLS]`` and ``[SEP]``.
     max_seq_length, doc_stride, max_query_length : int
-        In tokens. ``doc_stride <= max_seq_length - max_query_length - 3``.
+        In tokens. ``doc_stride <= max_seq_length - max_query_length - S``.
     is_training : bool
         When True, answerable examples whose gold span does not match are dropped. When
-        False, an example with an empty or whitespace-only question or context
-        (``squad_decode.is_blank_input``) gets no feature: its answer is '' by rule.
+        False, an example with a blank question or context (empty, or white space and
+        invisible characters only: ``squad_decode.is_blank_input``) gets no feature: its
+        answer is '' by rule.
     stats : dict, optional
         Filled with counts: 'answerable' (examples with an answer), 'recovered' (matched at
         another occurrence of the answer text), 'mismatch' (not matched), 'skipped' (dropped),
@@ -282,17 +293,16 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
     Raises
     ------
     ValueError
-        For non-positive sizes, a stride that would skip context tokens, a tokenizer without
-        ``[CLS]``/``[SEP]``, or a question or context that cannot be encoded as UTF-8 (a lone
-        UTF-16 surrogate such as ``'\\ud800'``; the field is named ``examples[i].question``).
+        For non-positive sizes, a stride that would skip context tokens, a tokenizer with no
+        pair layout (see :func:`~gluon_attention.data.squad_layout.pair_layout`), or a question
+        or context that cannot be encoded as UTF-8 (a lone UTF-16 surrogate such as
+        ``'\\ud800'``; the field is named ``examples[i].question``).
     """
-    _check_lengths(max_seq_length, doc_stride, max_query_length)
+    layout = pair_layout(tokenizer)
+    _check_lengths(max_seq_length, doc_stride, max_query_length, layout.num_special)
     for i, example in enumerate(examples):
         check_text(example.question, 'examples[{}].question'.format(i))
         check_text(example.context, 'examples[{}].context'.format(i))
-    special_ids = tuple(tokenizer.token_to_id(t) for t in ('[CLS]', '[SEP]'))
-    if None in special_ids:
-        fail('expected a tokenizer with [CLS] and [SEP] tokens', special_ids=special_ids)
     contexts = list(dict.fromkeys(e.context for e in examples))
     encoded = {text: (e.ids, carry_combining_marks(text, e.offsets)) for text, e in
                zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False))}
@@ -317,7 +327,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length=384, doc_st
             span = None if how == 'mismatch' else span
             counts['plausible'] += span is not None
         chunks = _example_features(index, example, query.ids[:max_query_length], context_ids,
-                                   offsets, span, special_ids, (max_seq_length, doc_stride))
+                                   offsets, span, layout, (max_seq_length, doc_stride))
         if example.answers and span is not None:
             counts['lost_to_chunking'] += all(f.is_impossible for f in chunks)
         features += chunks

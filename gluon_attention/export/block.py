@@ -10,6 +10,7 @@ fresh process on saved batches (``batch<i>/<input name>`` arrays) and saves its 
 (``batch<i>/out<j>``).
 """
 import json
+import numbers
 import os
 
 import mxnet as mx
@@ -19,11 +20,79 @@ from .. import _checks
 from ..core import fused
 from ..files import atomic_path, atomic_write_json
 
-__all__ = ['export_and_check', 'export_block', 'import_block', 'load', 'run_exported']
+__all__ = ['EXPORT_DTYPES', 'export_and_check', 'export_block', 'import_block', 'load',
+           'run_exported']
+
+#: The dtypes an exported graph's inputs may have (NumPy names).
+EXPORT_DTYPES = ('float16', 'float32', 'float64', 'int8', 'uint8', 'int32', 'int64', 'bool')
 
 
 def _graph_files(prefix, epoch):
     return {'symbol': '%s-symbol.json' % prefix, 'params': '%s-%04d.params' % (prefix, epoch)}
+
+
+def _check_names(name, values):
+    """A list or tuple of items, each checked as ``name[i]``; returns it as a list."""
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        _checks.fail_type('{} must be a list or tuple (one item per positional input)'.format(
+            name), **{name: values})
+    return list(values)
+
+
+def _check_dtypes(input_dtypes):
+    """The canonical names (list of str) of ``input_dtypes``, each in EXPORT_DTYPES."""
+    names = []
+    for i, dtype in enumerate(_check_names('input_dtypes', input_dtypes)):
+        key = 'input_dtypes[{}]'.format(i)
+        if not isinstance(dtype, (str, onp.dtype, type)):
+            _checks.fail_type('{} must be a dtype name such as \'int32\''.format(key),
+                              **{key: dtype})
+        try:
+            name = onp.dtype(dtype).name
+        except TypeError:
+            name = None
+        if name not in EXPORT_DTYPES:
+            _checks.fail('{} must be one of {}'.format(
+                key, ', '.join(map(repr, EXPORT_DTYPES))), **{key: dtype})
+        names.append(name)
+    return names
+
+
+def _check_input_spec(input_names, input_dtypes):
+    """Names and dtypes of the positional inputs; returns the canonical dtype names."""
+    for i, name in enumerate(_check_names('input_names', input_names)):
+        if not isinstance(name, str):
+            _checks.fail_type('input_names[{}] must be a str'.format(i),
+                              **{'input_names[{}]'.format(i): name})
+        if not name or name in input_names[:i]:
+            _checks.fail('input names must be non-empty and distinct',
+                         **{'input_names[{}]'.format(i): name})
+    dtypes = _check_dtypes(input_dtypes)
+    if len(input_names) != len(dtypes):
+        _checks.fail('input_names and input_dtypes must have the same length',
+                     input_names=input_names, input_dtypes=input_dtypes)
+    return dtypes
+
+
+def _check_export(block, prefix, input_names, input_dtypes, epoch):
+    """The checks of :func:`export_block`; returns the canonical dtype names."""
+    if not isinstance(block, mx.gluon.HybridBlock):
+        _checks.fail_type('block must be a HybridBlock', block=type(block).__name__)
+    if not isinstance(prefix, (str, os.PathLike)):
+        _checks.fail_type('prefix must be a str or path', prefix=prefix)
+    if not os.fspath(prefix):
+        _checks.fail('prefix must be a non-empty path prefix', prefix=prefix)
+    dtypes = _check_input_spec(input_names, input_dtypes)
+    if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+        _checks.fail('epoch must be an integer >= 0', epoch=epoch)
+    graph = getattr(block, '_cached_graph', ())
+    if not graph:
+        _checks.fail('block must be hybridized and called once before it is exported (its '
+                     'graph is built by the first call)', block=type(block).__name__)
+    if len(graph[0]) != len(input_names):
+        _checks.fail('input_names must name each of the graph\'s {} inputs'.format(
+            len(graph[0])), input_names=input_names)
+    return dtypes
 
 
 def export_block(block, prefix, input_names, input_dtypes, epoch=0):
@@ -37,8 +106,11 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
     prefix : str
         Path prefix of the written files; its folder is created.
     input_names, input_dtypes : list of str
-        Human names and dtypes of the positional inputs, in call order (recorded in
-        ``<prefix>-inputs.json``; the graph's own input names are ``data0``, ``data1``, ...).
+        Human names and dtypes of the positional inputs, in call order, one per input of the
+        graph (recorded in ``<prefix>-inputs.json``, each dtype by its NumPy name; the graph's
+        own input names are ``data0``, ``data1``, ...).
+    epoch : int
+        The number in the parameters file's name (``<prefix>-0000.params`` for 0).
 
     Returns
     -------
@@ -47,12 +119,18 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
 
     Raises
     ------
+    TypeError
+        ``block`` is not a HybridBlock; ``prefix`` is not a str or path; ``input_names`` or
+        ``input_dtypes`` is not a list or tuple, or holds an item that is not a str (a dtype may
+        also be a NumPy dtype).
     ValueError
-        ``input_names`` and ``input_dtypes`` differ in length.
+        ``block`` has no cached graph (not hybridized, or not called since); ``prefix`` is
+        empty; a name is empty or repeated; a dtype is not one of ``EXPORT_DTYPES`` (float16,
+        float32, float64, int8, uint8, int32, int64, bool);
+        ``input_names`` and ``input_dtypes`` differ in length, or from the number of the
+        graph's inputs; ``epoch`` is not an integer >= 0. Nothing is written then.
     """
-    if len(input_names) != len(input_dtypes):
-        _checks.fail('input_names and input_dtypes must have the same length',
-                     input_names=input_names, input_dtypes=input_dtypes)
+    input_dtypes = _check_export(block, prefix, input_names, input_dtypes, epoch)
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     paths = _graph_files(prefix, epoch)
     staged_prefix = '%s.tmp%d' % (prefix, os.getpid())
@@ -72,7 +150,7 @@ def export_block(block, prefix, input_names, input_dtypes, epoch=0):
     graph_names = ['data'] if len(input_names) == 1 else [
         'data%d' % i for i in range(len(input_names))]
     spec = {'graph_input_names': graph_names, 'input_names': list(input_names),
-            'input_dtypes': list(input_dtypes), 'epoch': epoch,
+            'input_dtypes': input_dtypes, 'epoch': epoch,
             'mxnet_version': mx.__version__, 'numpy_mode': True}
     if used:
         spec['custom_operators'] = dict.fromkeys(
@@ -196,11 +274,13 @@ def export_and_check(block, prefix, batches, input_names, input_dtypes, ctx=None
 
     Raises
     ------
-    ValueError
-        ``batches`` is empty, or ``input_names`` and ``input_dtypes`` differ in length.
+    TypeError, ValueError
+        ``batches`` is empty (ValueError); bad ``input_names`` or ``input_dtypes``, checked
+        before the block runs, or another argument :func:`export_block` refuses.
     """
     if not batches:
         _checks.fail('export_and_check needs at least one batch', num_batches=0)
+    input_dtypes = _check_input_spec(input_names, input_dtypes)
     ctx = ctx or mx.cpu()
     with mx.util.np_shape(True), mx.util.np_array(True):
         if not getattr(block, '_active', False):

@@ -9,6 +9,7 @@ The inputs of ``QAInference`` (and of its export) are named :data:`INPUT_NAMES`,
 import mxnet as mx
 
 from ..data import squad
+from ..data.squad_layout import pair_layout
 
 __all__ = ['INPUT_NAMES', 'INPUT_DTYPES', 'eval_stride', 'eval_features', 'run_batches']
 
@@ -18,16 +19,20 @@ INPUT_NAMES = ('input_ids', 'token_types', 'valid_length', 'p_mask')
 INPUT_DTYPES = ('int32', 'int32', 'int32', 'float32')
 
 
-def eval_stride(max_seq_length, max_query_length):
-    """The document stride of evaluation chunks: 128, or less where the chunk is shorter."""
-    return min(128, max_seq_length - max_query_length - 3)
+def eval_stride(max_seq_length, max_query_length, num_special=3):
+    """The document stride of evaluation chunks: 128, or less where the chunk is shorter
+    (``num_special``: the special tokens of a pair, 3 for BERT, 4 for RoBERTa)."""
+    return min(128, max_seq_length - max_query_length - num_special)
 
 
 def eval_features(examples, tokenizer, max_seq_length, max_query_length):
-    """Features of every chunk of every question (nothing dropped), at evaluation lengths."""
+    """Features of every chunk of every question (nothing dropped), at evaluation lengths,
+    laid out as ``tokenizer`` lays out a pair
+    (:func:`~gluon_attention.data.squad_layout.pair_layout`)."""
+    stride = eval_stride(max_seq_length, max_query_length,
+                         pair_layout(tokenizer).num_special)
     return squad.convert_examples_to_features(
-        examples, tokenizer, max_seq_length, eval_stride(max_seq_length, max_query_length),
-        max_query_length, is_training=False)
+        examples, tokenizer, max_seq_length, stride, max_query_length, is_training=False)
 
 
 def run_batches(block, features, batch_size, ctx, progress=None):

@@ -98,9 +98,8 @@ def _missing_tokenizer(folder):
         return ("tokenizer.json: a RoBERTa folder needs its byte-level BPE tokenizer, built "
                 "from the vocabulary and the merges file (merges.txt) of the pretrained "
                 "RoBERTa (GluonNLP 0.10 keeps no merges file); convert again with "
-                "gluon_attention.convert.from_gluonnlp(..., merges_file='merges.txt'), or "
-                "write it into the folder with tokenizers.ByteLevelBPETokenizer('vocab.json', "
-                "'merges.txt').save('tokenizer.json')")
+                "gluon_attention.convert.from_gluonnlp(..., merges_file='merges.txt'), which "
+                "writes it with the vocabulary's ids and RoBERTa's pair layout")
     return 'tokenizer.json or vocab.txt'
 
 

@@ -13,7 +13,9 @@ the evaluation stride), the features of all questions of a call run together thr
 :func:`~gluon_attention.data.squad.decode_predictions`: the best non-null span is the highest
 start + end logit over the chunks, and the answer is '' where the null score difference
 (``min over chunks of log P(impossible) - log P(answerable)``) exceeds the threshold.
-An empty or whitespace-only question or context gets the null answer '' without a forward pass.
+A blank question or context (empty, or white space and invisible characters such as the
+zero-width space only: :func:`~gluon_attention.data.squad.is_blank_input`) gets the null answer
+'' without a forward pass.
 """
 import contextlib
 import dataclasses
@@ -54,7 +56,7 @@ class QAAnswer:
         valid (or the input is empty).
     null_score_diff : float
         ``log P(impossible) - log P(answerable)``, the minimum over the context's chunks; the
-        answer is '' where it exceeds ``threshold``. ``inf`` for an empty question or context.
+        answer is '' where it exceeds ``threshold``. ``inf`` for a blank question or context.
     threshold : float
         The null threshold used (``inf`` for a SQuAD 1.1 model: never '').
     best_span : str

@@ -118,9 +118,14 @@ def read_run_config(folder, config_class):
 
 def as_flags(error, config_class):
     """The message of a library error as the command line says it: an argument name that leads a
-    sentence of it and is a field of ``config_class`` becomes its flag (``model_dir must ...`` ->
-    ``--model-dir must ...``); the ``Received:`` part keeps the argument's name."""
-    names = {field.name for field in dataclasses.fields(config_class)}
-    return re.sub(r'(^|; )([a-z][a-z0-9_]*)(?= must )',
+    sentence of it, or stands alone in parentheses, and is a field of ``config_class`` (a config
+    dataclass, or a collection of names) becomes its flag (``model_dir must ...`` ->
+    ``--model-dir must ...``; ``(data_dir)`` -> ``(--data-dir)``); the ``Received:`` part keeps
+    the argument's name."""
+    names = ({field.name for field in dataclasses.fields(config_class)}
+             if dataclasses.is_dataclass(config_class) else set(config_class))
+    head, mark, tail = str(error).partition('Received:')
+    head = re.sub(r'(^|; |\()([a-z][a-z0-9_]*)(?= must |\))',
                   lambda m: m.group(1) + ('--' + m.group(2).replace('_', '-')
-                                          if m.group(2) in names else m.group(2)), str(error))
+                                          if m.group(2) in names else m.group(2)), head)
+    return head + mark + tail

@@ -62,9 +62,9 @@ class QAService:
         self.lengths = qa_config['eval_max_seq_length'], qa_config['max_query_length']
 
     def count_features(self, pairs):
-        """Features the pairs make (0 for an empty question or context: never run)."""
+        """Features the pairs make (0 for a blank question or context: never run)."""
         live = [squad.SquadExample(str(i), '', q, c, [], False)
-                for i, (q, c) in enumerate(pairs) if q.strip() and c.strip()]
+                for i, (q, c) in enumerate(pairs) if not squad.is_blank_input(q, c)]
         return len(eval_features(live, self.tokenizer, *self.lengths)) if live else 0
 
     def parse(self, row):

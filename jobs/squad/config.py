@@ -131,7 +131,7 @@ class PredictConfig(QAOptions):
                                'any, are ignored); writes predictions.json, null_odds.json and '
                                'nbest_predictions.json to <output-dir>/predict/')
     question: Optional[str] = option(None, "one question (with --context): print its answer "
-                                     "(empty or whitespace only: the null answer '')")
+                                     "(blank: the null answer '')")
     context: Optional[str] = option(None, 'the paragraph that --question is about')
     json: bool = option(False, 'with --question: print every field of the answer as one JSON '
                         'object (text, start, end, score, null_score_diff, threshold, best_span, '

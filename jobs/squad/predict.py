@@ -12,7 +12,7 @@ def describe_answer(answer):
         return 'answer: {!r} (characters {}-{} of the context; span score {:.3f}; {})'.format(
             answer.text, answer.start, answer.end, answer.score, decision)
     if answer.null_score_diff == float('inf') and answer.score is None:
-        return 'no answer (empty question or context)'
+        return 'no answer (blank question or context)'
     if answer.score is None:
         return 'no answer (no span inside the context)'
     return 'no answer (best span {!r}, characters {}-{}, span score {:.3f}; {})'.format(

@@ -7,6 +7,7 @@ weights within 1e-5, imperatively and hybridized, with a mask holding a fully ma
 import mxnet as mx
 import numpy as onp
 import pytest
+from conftest import requires_gpu
 
 from gluon_attention.compat import gluonnlp as compat
 
@@ -115,3 +116,22 @@ def test_bad_constructor_arguments():
     with pytest.raises(TypeError, match=r"base_cell must be.*Received: base_cell="
                                         r"'DotProductAttentionCell'"):
         compat.MultiHeadAttentionCell(attention_cell.DotProductAttentionCell(), 4, 4, 4, 2)
+
+
+@requires_gpu
+@pytest.mark.parametrize('name', ['dot-plain', 'multi-head-dot'])
+def test_float16_cell_on_gpu_matches_float32(name, tmp_path):
+    """float16 runs on a GPU (the CPU refuses it: tests/errors/test_bad_inputs_compat.py): the
+    cell cast to float16 gives the float32 cell's outputs within float16 precision, the fully
+    masked row zero weights."""
+    ours, inputs, expected = _peer_and_ours(name, tmp_path, seed=5)
+    with _legacy():
+        ours.reset_ctx(mx.gpu(0))
+        ours.cast('float16')
+        half = [None if x is None else x.as_in_context(mx.gpu(0)).astype('float16')
+                for x in inputs]
+        got = [x.asnumpy().astype(onp.float32) for x in ours(*half)]
+    for g, e in zip(got, expected):
+        assert onp.abs(g - e).max() < 2e-2
+    weights = got[1] if got[1].ndim == 3 else got[1][:, 0]
+    assert (weights[1, 2] == 0).all()

@@ -1,6 +1,8 @@
-"""The data folder (docs/data.md): --data-dir, else GA_DATA_DIR, else ../shared/data from the
-repository root; no default for an installed package; a missing file is one line naming the path
-looked for and where the official data set is published, before any work."""
+"""The data folder (docs/data.md): the data_dir argument (the scripts' --data-dir), else
+GA_DATA_DIR, else ../shared/data from the repository root; no default for an installed package;
+a missing file is one line naming the path looked for and where the official data set is
+published, before any work. The library's messages name the argument data_dir; the scripts say
+--data-dir."""
 import importlib.util
 from pathlib import Path
 
@@ -22,7 +24,7 @@ def _script(name):
 
 def test_the_folder_is_data_dir_then_the_environment_then_the_repository_default(monkeypatch):
     monkeypatch.setenv('GA_DATA_DIR', '/env/data')
-    assert _resources.data_folder('/given') == (Path('/given'), '--data-dir')
+    assert _resources.data_folder('/given') == (Path('/given'), 'data_dir')
     assert _resources.data_folder() == (Path('/env/data'), 'GA_DATA_DIR')
     monkeypatch.delenv('GA_DATA_DIR')
     assert _resources.data_folder('') == (
@@ -32,8 +34,8 @@ def test_the_folder_is_data_dir_then_the_environment_then_the_repository_default
 def test_an_installed_package_needs_data_dir_or_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv('GA_DATA_DIR', raising=False)
     monkeypatch.setattr(_resources, '_PACKAGE', tmp_path / 'site-packages' / 'gluon_attention')
-    with pytest.raises(ValueError, match=r'^no data folder: pass --data-dir FOLDER or set '
-                                         r'GA_DATA_DIR .*Received: data_dir=None'):
+    with pytest.raises(ValueError, match=r'^data_dir must name the data folder, or '
+                                         r'GA_DATA_DIR be set to it .*Received: data_dir=None'):
         squad.default_data_path('haystack-small')
     assert _resources.data_folder(tmp_path)[0] == tmp_path
 
@@ -43,9 +45,11 @@ def test_a_missing_named_file_is_one_line_with_the_path_and_the_official_source(
     with pytest.raises(ValueError) as info:
         squad.default_data_path('v2.0-dev', tmp_path)
     assert str(info.value) == (
-        'SQuAD file not found: expected {} in the data folder {} (--data-dir); pass --data-dir '
-        'FOLDER or set GA_DATA_DIR to a folder holding it, or give its path. The official SQuAD '
-        'is published at {}. Received: path={!r}'.format(path, tmp_path, SQUAD_URL, str(path)))
+        'SQuAD file not found: expected {} in the data folder {} (data_dir); data_dir must be a '
+        "folder holding it (or GA_DATA_DIR set to one), or give the file's path. The official "
+        'SQuAD is published at {}. Received: path={!r}'.format(path, tmp_path, SQUAD_URL,
+                                                               str(path)))
+    assert '--' not in str(info.value)                      # an argument, never a flag
     with pytest.raises(ValueError, match=r'^GloVe file not found: expected .*embeddings/glove'
                                          r'.*https://nlp\.stanford\.edu/projects/glove/'):
         snli.default_path('glove', tmp_path)
@@ -77,8 +81,9 @@ def test_train_nli_stops_before_any_work_on_a_missing_file(tmp_path):
         train_nli.main(['--data-dir', str(tmp_path), '--output-dir', str(out), '--threads', '1'])
     assert str(info.value.code) == (
         'train_nli.py: error: SNLI file not found: expected {} in the data folder {} '
-        '(--data-dir); pass --data-dir FOLDER or set GA_DATA_DIR to a folder holding it, or give '
-        'its path. The official SNLI is published at https://nlp.stanford.edu/projects/snli/. '
+        "(--data-dir); --data-dir must be a folder holding it (or GA_DATA_DIR set to one), or "
+        "give the file's path. The official SNLI is published at "
+        'https://nlp.stanford.edu/projects/snli/. '
         'Received: path={!r}'.format(tmp_path / 'snli/esnli_infersent_format/s1.dev', tmp_path,
                                      str(tmp_path / 'snli/esnli_infersent_format/s1.dev')))
     assert not out.exists()
@@ -90,3 +95,13 @@ def test_the_makefile_passes_the_data_folder():
     for script in ('run_squad.py', 'train_nli.py', 'benchmark.py'):
         recipe = text[text.index('scripts/' + script):]
         assert '--data-dir $(DATA_DIR)' in recipe[:recipe.index('\n\n')], script
+
+
+def test_scripts_say_the_flag_where_the_library_names_the_argument():
+    from jobs.engine.config import as_flags  # pylint: disable=import-outside-toplevel
+    message = ("SQuAD file not found: expected f in the data folder d (data_dir); data_dir must "
+               "be a folder holding it. Received: path='f' (data_dir)")
+    assert as_flags(message, ['data_dir']) == (
+        "SQuAD file not found: expected f in the data folder d (--data-dir); --data-dir must "
+        "be a folder holding it. Received: path='f' (data_dir)")
+    assert as_flags(message, ['model_dir']) == message

@@ -572,3 +572,30 @@ def test_empty_question_or_context_is_the_null_answer(long_features, tokenizer):
     _, final, null_odds, _ = decode_predictions(blank[:1], moved, results[:len(moved)], 20, 30,
                                                 100.0)
     assert final == {'q': ''} and null_odds == {'q': math.inf}
+
+
+@pytest.mark.parametrize('question, context, blank', [
+    ('Who?', 'Rollo.', False),
+    ('', 'Rollo.', True),
+    (' \t\n', 'Rollo.', True),
+    ('\u200b', 'Rollo.', True),                         # zero-width space (category Cf)
+    ('\u200b\u200c\u200d\u2060\ufeff \u200e', 'Rollo.', True),
+    ('\x00\x07', 'Rollo.', True),                      # control characters (Cc)
+    ('Who?', '\ufeff', True),
+    ('\u200bWho?', 'Rollo.', False),
+    ('\u00e9', 'Rollo.', False),
+    ('\u0301', 'Rollo.', False),                        # a combining mark is visible (Mn)
+])
+def test_blank_input_is_empty_white_space_or_invisible_characters(question, context, blank):
+    assert squad.is_blank_input(question, context) is blank
+
+
+def test_zero_width_question_gets_no_feature(tokenizer):
+    examples = [SquadExample('z', '', '\u200b\u200b', 'Rollo ruled.', [], False),
+                SquadExample('w', '', 'Who ruled?', 'Rollo ruled.', [], False)]
+    features = convert_examples_to_features(examples, tokenizer, is_training=False)
+    assert [f.qas_id for f in features] == ['w']
+    results = [(onp.zeros(1), onp.zeros(1, int), onp.zeros((1, 1)), onp.zeros((1, 1), int),
+                onp.zeros(2))]
+    _, final, null_odds, _ = decode_predictions(examples, features, results, 20, 30, 0.0)
+    assert final['z'] == '' and null_odds['z'] == math.inf

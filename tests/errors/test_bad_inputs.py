@@ -21,7 +21,7 @@ from gluon_attention.compat.attend import dot, fill_context_mask, mask3d
 from gluon_attention.core.functional import (dot_attn_score, l2_normalize,
                                              select_vectors_by_position)
 from gluon_attention.core.matmul import require_matmul_dtype
-from gluon_attention.export import export_block, import_block
+from gluon_attention.export import export_and_check, export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
@@ -105,6 +105,16 @@ def _dpa(*args):
 
 def _additive(*args):
     return initialized(ga.AdditiveAttention(4))(*args)
+
+
+
+def _called_dense():
+    """A hybridized Dense(2) called once on a (1, 3) float32 array: ready to export."""
+    dense = nn.Dense(2)
+    dense.initialize()
+    dense.hybridize()
+    dense(np.ones((1, 3)))
+    return dense
 
 
 Q, K, V = rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 6)
@@ -529,6 +539,9 @@ BAD = [
      ['line 1 of']),
     ('read_snli_lines-missing-files', lambda: snli.read_snli_lines('dev'), ValueError,
      ['s1.dev']),
+    ('default_data_path-missing-file', lambda: squad.default_data_path('v2.0-dev', '.'),
+     ValueError, ['SQuAD file not found', "(data_dir); data_dir must be a folder holding it",
+                  'GA_DATA_DIR']),
     ('best_span-max_answer_length-zero', lambda: best_span([0, 1], [0, 1], max_answer_length=0),
      ValueError, ['max_answer_length=0']),
     ('best_span-lengths-differ', lambda: best_span([0, 1, 2], [0, 1]), ValueError, ['(3,)']),
@@ -553,6 +566,38 @@ BAD = [
     ('export_block-names-and-dtypes-differ',
      lambda: export_block(ga.DotProductAttention(), 'x', ['a', 'b'], ['float32']),
      ValueError, ["['a', 'b']"]),
+    ('export_block-not-a-block', lambda: export_block(len, 'x', ['a'], ['float32']), TypeError,
+     ['block must be a HybridBlock', "block='builtin_function_or_method'"]),
+    ('export_block-prefix-none', lambda: export_block(_called_dense(), None, ['a'], ['float32']),
+     TypeError, ['prefix must be a str or path', 'prefix=None']),
+    ('export_block-prefix-empty', lambda: export_block(_called_dense(), '', ['a'], ['float32']),
+     ValueError, ['prefix must be a non-empty path prefix', "prefix=''"]),
+    ('export_block-names-a-string', lambda: export_block(_called_dense(), 'x', 'data',
+                                                         ['float32']), TypeError,
+     ['input_names must be a list or tuple', "input_names='data'"]),
+    ('export_block-name-not-str', lambda: export_block(_called_dense(), 'x', [0], ['float32']),
+     TypeError, ['input_names[0] must be a str', 'input_names[0]=0']),
+    ('export_block-names-repeated', lambda: export_block(_called_dense(), 'x', ['a', 'a'],
+                                                         ['int32', 'int32']), ValueError,
+     ['input names must be non-empty and distinct', "input_names[1]='a'"]),
+    ('export_block-dtype-unknown', lambda: export_block(_called_dense(), 'x', ['a'],
+                                                        ['float33']), ValueError,
+     ["input_dtypes[0] must be one of 'float16', 'float32'", "input_dtypes[0]='float33'"]),
+    ('export_block-dtype-object', lambda: export_block(_called_dense(), 'x', ['a'], [object]),
+     ValueError, ["input_dtypes[0] must be one of 'float16'", "<class 'object'>"]),
+    ('export_block-dtype-number', lambda: export_block(_called_dense(), 'x', ['a'], [32]),
+     TypeError, ["input_dtypes[0] must be a dtype name such as 'int32'", 'input_dtypes[0]=32']),
+    ('export_block-epoch-negative', lambda: export_block(_called_dense(), 'x', ['a'],
+                                                         ['float32'], epoch=-1), ValueError,
+     ['epoch must be an integer >= 0', 'epoch=-1']),
+    ('export_block-not-called', lambda: export_block(nn.Dense(2), 'x', ['a'], ['float32']),
+     ValueError, ['block must be hybridized and called once', "block='Dense'"]),
+    ('export_block-names-fewer-than-inputs', lambda: export_block(
+        _called_dense(), 'x', ['a', 'b'], ['float32', 'int32']), ValueError,
+     ["input_names must name each of the graph's 1 inputs", "input_names=['a', 'b']"]),
+    ('export_and_check-dtype-before-running', lambda: export_and_check(
+        _called_dense(), 'x', [[onp.ones((1, 3))]], ['a'], ['text']), ValueError,
+     ["input_dtypes[0]='text'"]),
 ]
 
 

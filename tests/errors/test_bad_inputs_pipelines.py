@@ -4,6 +4,7 @@ messages name the argument (``model_dir``, ``threshold``), never a command-line 
 import json
 
 import pytest
+from tokenizers import processors
 
 from gluon_attention.data.squad import SquadExample
 from gluon_attention.data.squad_features import convert_examples_to_features, load_tokenizer
@@ -31,6 +32,15 @@ def _tokenizer():
     with open('vocab.txt', 'w', encoding='utf-8') as handle:
         handle.write('[PAD]\n[UNK]\n[CLS]\n[SEP]\nwho\n')
     return load_tokenizer('.')
+
+
+def _tokenizer_without_pair_layout(processor):
+    """A WordPiece tokenizer without [CLS] and [SEP], with the given post-processor or none."""
+    from tokenizers import Tokenizer, models  # pylint: disable=import-outside-toplevel
+    tokenizer = Tokenizer(models.WordPiece({'[UNK]': 0, 'who': 1}, unk_token='[UNK]'))
+    if processor is not None:
+        tokenizer.post_processor = processor
+    return tokenizer
 
 
 def _roberta_folder_without_tokenizer():
@@ -87,6 +97,21 @@ BAD = [
          SquadExample('b', '', 'who?', '\udced\udca0', [], True)],
         _tokenizer(), is_training=False), ValueError,
      ['examples[1].context must be Unicode text', 'lone surrogate at character 0']),
+    ('features-tokenizer-without-cls-sep', lambda: convert_examples_to_features(
+        [SquadExample('a', '', 'who?', 'x', [], True)], _tokenizer_without_pair_layout(None),
+        is_training=False), ValueError,
+     ['expected a tokenizer with a post-processor that lays out a pair',
+      'or with the tokens [CLS] and [SEP]', 'special_ids=(None, None)']),
+    ('features-post-processor-without-pair', lambda: convert_examples_to_features(
+        [SquadExample('a', '', 'who?', 'x', [], True)],
+        _tokenizer_without_pair_layout(processors.ByteLevel()), is_training=False), ValueError,
+     ['post-processor lays out a (question, context) pair', "'type': 'ByteLevel'"]),
+    ('features-pair-template-without-leading-special', lambda: convert_examples_to_features(
+        [SquadExample('a', '', 'who?', 'x', [], True)], _tokenizer_without_pair_layout(
+            processors.TemplateProcessing(single='$A who', pair='$A who $B:1 who:1',
+                                          special_tokens=[('who', 1)])),
+        is_training=False), ValueError,
+     ['with a special token first', "'type': 'TemplateProcessing'"]),
 ]
 
 

@@ -106,6 +106,10 @@ BAD = [
      ['num_heads=12, units=32']),
     ('unknown-size-key', lambda: encoder_config('bert_12_768_12', 5, {'layers': 2}),
      ValueError, ["sizes=['layers']"]),
+    ('size-zero', lambda: encoder_config('bert_12_768_12', 5, {'units': 0}), ValueError,
+     ["sizes['units'] must be a positive integer", "sizes['units']=0"]),
+    ('size-text', lambda: encoder_config('bert_12_768_12', 5, {'num_layers': '2'}), ValueError,
+     ["sizes['num_layers']='2'"]),
     ('json-vocabulary-without-idx_to_token', lambda: read_vocab('plain.json'), ValueError,
      ['idx_to_token', "vocab_file='plain.json'"]),
     ('repeated-token', lambda: read_vocab('repeated.txt'), ValueError, ["repeated=['a']"]),
@@ -162,3 +166,18 @@ def test_command_converts_and_refuses(files, tmp_path, capsys):
                  str(tmp_path / 'no')]) == 2
     assert "missing: ['token_type_embed.0.weight']" in capsys.readouterr().err
     assert not (tmp_path / 'no').exists()
+
+
+@pytest.mark.parametrize('sizes, item', [('units', 'units'), ('units=abc', 'units=abc'),
+                                         ('layers=2', 'layers=2'), ('units=0', 'units=0'),
+                                         ('units=16,units=8', 'units=8')])
+def test_command_sizes_say_what_was_expected_and_received(sizes, item, capsys):
+    from gluon_attention.__main__ import main  # pylint: disable=import-outside-toplevel
+    with pytest.raises(SystemExit) as stop:
+        main(['convert', '--from', 'gluonnlp', '--model', 'bert_12_768_12', '--params', 'p',
+              '--vocab', 'v', '--output-dir', 'out', '--sizes', sizes])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert 'argument --sizes: expected comma-separated KEY=N with KEY one of num_layers, ' \
+           'units, hidden_size, num_heads, max_length' in err
+    assert "{!r} is not. Received: --sizes={!r}".format(item, sizes) in err

@@ -42,24 +42,9 @@ def converted(tmp_path_factory):
     return net, str(tmp_path / 'model')
 
 
-def _gluonnlp_rule(net, features, n_best=20, max_answer_length=30):
-    """(score, text) of 0.10's answer from its own logits, float64, one feature at a time."""
-    best = None
-    for feature in features:
-        logits = peer.call(net, MODEL, onp.array([feature.input_ids], onp.int32),
-                           onp.array([feature.token_types], onp.int32),
-                           onp.array([feature.valid_length], onp.int32))[0].astype(onp.float64)
-        start, end = logits[:, 0], logits[:, 1]
-        low, high = feature.context_range
-        for s in onp.argsort(-start, kind='stable')[:n_best]:
-            for e in onp.argsort(-end, kind='stable')[:n_best]:
-                if not (low <= s < high and low <= e < high and s <= e < s + max_answer_length
-                        and feature.token_is_max_context[s - low]):
-                    continue
-                text = CONTEXT[feature.token_to_char[s - low][0]:feature.token_to_char[e - low][1]]
-                if best is None or start[s] + end[e] > best[0]:
-                    best = (start[s] + end[e], text)
-    return best
+def _gluonnlp_rule(net, features):
+    """(score, text) of 0.10's answer from its own logits (:func:`gluonnlp_peer.span_answer`)."""
+    return peer.span_answer(net, MODEL, features, CONTEXT)
 
 
 def test_predictor_answers_with_gluonnlp_span(converted):

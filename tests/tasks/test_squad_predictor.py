@@ -81,7 +81,9 @@ def test_offsets_point_at_the_text_and_the_threshold_decides(legacy):
                 assert (answer.text, answer.start, answer.end) == ('', None, None)
 
 
-def test_empty_question_or_context_is_the_null_answer_without_a_forward_pass(legacy):
+def test_blank_question_or_context_is_the_null_answer_without_a_forward_pass(legacy):
+    """Empty, white space, or only zero-width characters (U+200B space, U+200D joiner, U+FEFF
+    BOM, U+2060 word joiner): the question asks nothing, so no span is given."""
     predictor = legacy['model']
     block = predictor.block
 
@@ -89,11 +91,13 @@ def test_empty_question_or_context_is_the_null_answer_without_a_forward_pass(leg
         raise AssertionError('no forward pass expected')
     predictor.block = refuse
     try:
-        answers = predictor.answer_batch([('', 'Some context.'), ('Who?', ' \n'), (' ', '')])
+        answers = predictor.answer_batch([('', 'Some context.'), ('Who?', ' \n'), (' ', ''),
+                                          ('\u200b\u200d\ufeff', 'Some context.'),
+                                          ('Who?', '\u200b \u2060\n')])
     finally:
         predictor.block = block
     blank = QAAnswer('', None, None, None, math.inf, predictor.threshold.value, '', None, None)
-    assert answers == [blank] * 3
+    assert answers == [blank] * 5
     assert json.loads(json.dumps(blank.to_dict(), allow_nan=False)) == {
         'text': '', 'start': None, 'end': None, 'score': None, 'null_score_diff': None,
         'threshold': predictor.threshold.value, 'best_span': '', 'best_span_start': None,
@@ -120,7 +124,7 @@ def test_predict_one_question_shows_the_best_span_and_json(legacy, capsys):
     assert printed == json.loads(json.dumps(want.to_dict()))
     assert run_squad.main(common[:-4] + ['--question', ' ', '--context', example.context]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == \
-        'no answer (empty question or context)'
+        'no answer (blank question or context)'
 
 
 def test_readme_example_runs_outside_numpy_mode(legacy, tmp_path, monkeypatch, capsys):
