@@ -25,7 +25,8 @@ import time
 # the repository root, for the jobs (jobs/, not part of the installed package)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-MODEL_CONFIGS = ('squad_step', 'qa_inference', 'bert_models')
+MODEL_CONFIGS = ('squad_step', 'qa_inference', 'bert_models', 'bert_models_train',
+                 'bert_models_qa_int8')
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode') + MODEL_CONFIGS
 PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
@@ -191,17 +192,26 @@ def measure(args, torch_peer, python, on_row=None):
 
 def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir='',
                on_rows=None):
-    """The rows of a whole-model configuration ('squad_step', 'qa_inference' or
-    'bert_models') at full size;
+    """The rows of a whole-model configuration (one of MODEL_CONFIGS) at full size;
     ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
-    ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
-    ('': the pretrained encoder under random heads); ``on_rows(rows)``: called by bert_models
-    after each (model, T)."""
+    ``data_dir``: the data folder of the questions; ``qa_model_dir``: their model for
+    qa_inference ('': the pretrained encoder under random heads) and bert_models_qa_int8 (a
+    fine-tuned folder; '': rows left out, with a line saying why); ``on_rows(rows)``: called
+    by bert_models after each (model, T)."""
     from jobs.bench import bert_models, models, qa
-    if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
-        return bert_models.bert_model_rows(rounds=rounds, on_rows=on_rows)
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
+    if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
+        return bert_models.bert_model_rows(rounds=rounds, on_rows=on_rows, onnx=dict(
+            threads=threads, torch_python=torch_python,
+            peer_script=os.path.join(SCRIPTS, 'bench_qa_torch_peer.py')))
+    if config == 'bert_models_train':
+        from jobs.bench.bert_train import bert_train_rows
+        return bert_train_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
+                               torch_python, rounds=rounds)
+    if config == 'bert_models_qa_int8':
+        from jobs.bench.qa_int8 import qa_int8_rows
+        return qa_int8_rows(qa_model_dir, threads, rounds=rounds, data_dir=data_dir)
     if config == 'squad_step':
         return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
                                       torch_python, rounds=rounds)
