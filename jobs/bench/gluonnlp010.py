@@ -9,13 +9,15 @@ quantized by ``quantize_net_v2`` (:func:`quantize_010`). 0.10 blocks run outside
 (:func:`legacy`). Glossary: B batch, T sequence length, D hidden size, V vocabulary size.
 """
 import contextlib
+import json
+import os
 
 import mxnet as mx
 import numpy as onp
 
-from gluon_attention.convert import ARCHITECTURES, from_gluonnlp
+from gluon_attention.convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp
 
-__all__ = ['FUSED_OPS', 'SIZE_KEYS', 'legacy', 'build_010', 'gluonnlp_bert', 'load_010',
+__all__ = ['FUSED_OPS', 'SIZE_KEYS', 'legacy', 'build_010', 'gluonnlp_bert', 'folder_to_010', 'load_010',
            'fused_op_names', 'fuse_010', 'quantize_010', 'legacy_runner', 'nd_inputs']
 
 FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
@@ -64,6 +66,21 @@ def gluonnlp_bert(model_name, sizes, vocab_size, folder, seed=0):
         out.write(vocab.to_json())
     from_gluonnlp(params, model_name, vocab_file, ours, sizes=sizes)
     return params, ours
+
+
+def folder_to_010(model_dir, params):
+    """Write the encoder of our model folder ``model_dir`` (a BERT: converted, or saved by
+    ``run_squad.py train``, whose QA head is not written) as a bare 0.10 ``BERTModel``
+    ``.params`` file ``params`` (:func:`gluon_attention.convert.to_gluonnlp`). Returns the
+    arguments of :func:`load_010`: (zoo family, sizes, V, ``params``)."""
+    with open(os.path.join(model_dir, 'config.json'), encoding='utf-8') as handle:
+        raw = json.load(handle)
+    sizes = dict(num_layers=raw['num_hidden_layers'], units=raw['hidden_size'],
+                 hidden_size=raw['intermediate_size'], num_heads=raw['num_attention_heads'],
+                 max_length=raw['max_position_embeddings'])
+    with legacy():
+        to_gluonnlp(model_dir, params)
+    return raw.get('gluonnlp_model', 'bert_12_768_12'), sizes, raw['vocab_size'], params
 
 
 def load_010(model_name, sizes, vocab_size, params):
@@ -126,3 +143,19 @@ def nd_inputs(inputs):
     """NumPy ids, token types, valid lengths -> float32 mx.nd arrays, as 0.10 takes them."""
     with legacy():
         return [mx.nd.array(onp.asarray(x), dtype='float32') for x in inputs]
+
+
+def main(argv=None):
+    """``python -m jobs.bench.gluonnlp010 FOLDER [ZOO_NAME]``: a random 0.10 model of the zoo
+    family (default BERT-base) at its zoo size, saved and converted (:func:`gluonnlp_bert`);
+    prints the converted folder."""
+    import sys  # pylint: disable=import-outside-toplevel
+    argv = sys.argv[1:] if argv is None else argv
+    name = argv[1] if len(argv) > 1 else 'bert_12_768_12'
+    sizes = {k: ARCHITECTURES[name][k] for k in SIZE_KEYS}
+    os.makedirs(argv[0], exist_ok=True)
+    print(gluonnlp_bert(name, sizes, 30522, argv[0])[1])
+
+
+if __name__ == '__main__':
+    main()

@@ -30,7 +30,7 @@ import sys
 from gluon_attention.resources import default_model_dir
 
 __all__ = ['MODEL_CONFIGS', 'TORCH', 'PEERS', 'PEER_TITLES', 'has_transformers', 'imports',
-           'rows_from_medians', 'squad_step_rows', 'model_table']
+           'rows_from_medians', 'squad_step_rows', 'step_medians', 'model_table']
 
 MODEL_CONFIGS = ('squad_step', 'qa_inference')
 TORCH = 'torch_transformers'
@@ -79,18 +79,26 @@ def squad_step_rows(step_script, threads, torch_python=None, rounds=3, batch_siz
     runs = {'ours': [sys.executable, step_script, '--impl', 'ours'] + common}
     if torch_python:
         runs[TORCH] = [torch_python, step_script, '--impl', 'torch'] + common
+    medians = step_medians(runs, rounds, threads, batch_size)
+    return rows_from_medians('squad_step', (batch_size, seq_length), 'train', medians, batch_size,
+                 'features/s')
+
+
+def step_medians(runs, rounds, threads, batch_size, label='squad_step'):
+    """{name: median seconds of a step} of ``runs`` ({name: command line of
+    ``scripts/squad_step_speed.py``}), each run ``rounds`` times in turn (ours, torch, ours,
+    torch ...) with ``threads`` OpenMP threads; the median over runs of each run's median step.
+    RuntimeError (starting with ``label``) when a run fails."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     times = {name: [] for name in runs}
     for _ in range(rounds):
         for name, cmd in runs.items():
             done = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if done.returncode:
-                raise RuntimeError('squad_step {} failed: {}'.format(name, done.stderr[-500:]))
+                raise RuntimeError('{} {} failed: {}'.format(label, name, done.stderr[-500:]))
             speed = json.loads(done.stdout.strip().splitlines()[-1])['features_per_second']
             times[name].append(batch_size / speed)
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    return rows_from_medians('squad_step', (batch_size, seq_length), 'train', medians, batch_size,
-                 'features/s')
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def model_table(rows):
