@@ -19,7 +19,6 @@ alternate (ours, ours_bfloat16, 0.10, torch, ...) for ``rounds`` rounds, time = 
 rounds. Rows as :func:`jobs.bench.bert_models.rows_of` (mode 'train', features/s).
 Glossary: B batch, T sequence length.
 """
-import os
 import subprocess
 import sys
 import tempfile

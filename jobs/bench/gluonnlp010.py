@@ -18,7 +18,7 @@ import numpy as onp
 from gluon_attention.convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp
 
 __all__ = ['FUSED_OPS', 'SIZE_KEYS', 'legacy', 'build_010', 'gluonnlp_bert', 'folder_to_010', 'load_010',
-           'fused_op_names', 'fuse_010', 'quantize_010', 'legacy_runner', 'nd_inputs']
+           'fused_op_names', 'fuse_010', 'quantize_010', 'quantized_counts', 'legacy_runner', 'nd_inputs']
 
 FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
 SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
@@ -126,6 +126,19 @@ def quantize_010(net, calibration, batch_size, static_shape=True):
             exclude_layers_match=QKV_LAYERS)
         quantized.hybridize(static_alloc=True, static_shape=static_shape)
     return quantized
+
+
+def quantized_counts(net):
+    """{'dense': (quantized, all), 'attention': (quantized, all)}: the oneDNN dense layers and
+    self-attention products of the partitioned graph of ``net`` (after
+    :func:`quantize_010`) that run in INT8."""
+    nodes = json.loads(net._cached_graph[1].tojson())['nodes']  # pylint: disable=protected-access
+    counts = {}
+    for kind, ops in (('dense', ('_sg_mkldnn_fully_connected',)), ('attention', FUSED_OPS)):
+        found = [n for n in nodes if n['op'] in ops]
+        counts[kind] = (sum(n.get('attrs', {}).get('quantized') == 'True' for n in found),
+                        len(found))
+    return counts
 
 
 def legacy_runner(net, arrays):
