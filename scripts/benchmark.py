@@ -9,6 +9,9 @@ implementation. Whole-model rows (``squad_step``, ``qa_inference``; their own ta
 oneDNN's fusion, ``jobs.bench.bert_models``): throughput, ratio to PyTorch + transformers, ONNX
 Runtime and ONNX Runtime on the fused Hugging Face export (float32 and INT8), and for
 ``qa_inference`` the answers kept against our float32 graph and F1 (``--qa-model-dir``);
+``bert_models_train`` (the SQuAD step at BERT-base against 0.10 and PyTorch,
+``jobs.bench.bert_train``) and ``bert_models_qa_int8`` (our INT8 against 0.10's INT8 on the
+fine-tuned ``--qa-model-dir``, ``jobs.bench.qa_int8``) share the bert_models table;
 ``--modes`` does not apply to them.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
@@ -42,7 +45,8 @@ def parse_args(argv=None):
     parser.add_argument('--modes', default='fwd,fwdbwd', help='fwd, fwdbwd or both')
     parser.add_argument('--repeats', type=int, default=5, help='timed rounds (median; >= 5)')
     parser.add_argument('--model-rounds', type=int, default=2,
-                        help='timed rounds of the squad_step and qa_inference rows (median)')
+                        help='timed rounds of the whole-model rows (median; bert_models_train '
+                             'and bert_models_qa_int8: one fewer, at least 1)')
     parser.add_argument('--quick', action='store_true',
                         help='bert128 and decode only, 3 rounds, no memory processes')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory processes')
@@ -63,7 +67,8 @@ def parse_args(argv=None):
                              'run_squad.py train saves it (e.g. runs/squad/model after make '
                              'demo; its heads, lengths and threshold; F1 reported) or a '
                              "pretrained encoder folder (random heads; no F1) (default: '': the "
-                             'embedded pretrained encoder)')
+                             'embedded pretrained encoder); bert_models_qa_int8 runs only with a '
+                             'fine-tuned folder')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -208,10 +213,11 @@ def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir=
     if config == 'bert_models_train':
         from jobs.bench.bert_train import bert_train_rows
         return bert_train_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
-                               torch_python, rounds=rounds)
+                               torch_python, rounds=max(1, rounds - 1))
     if config == 'bert_models_qa_int8':
         from jobs.bench.qa_int8 import qa_int8_rows
-        return qa_int8_rows(qa_model_dir, threads, rounds=rounds, data_dir=data_dir)
+        return qa_int8_rows(qa_model_dir, threads, rounds=max(1, rounds - 1),
+                            data_dir=data_dir)
     if config == 'squad_step':
         return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
                                       torch_python, rounds=rounds)
@@ -276,7 +282,8 @@ def main(argv=None):
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
         return
-    if 'qa_inference' in args.configs:      # its data file exists before any timing starts
+    if {'qa_inference', 'bert_models_qa_int8'} & set(args.configs):   # their data file and
+        # model folder exist before any timing starts
         from gluon_attention.data import squad
         from gluon_attention.pipelines.folder import check_model_folder
         from jobs.bench.qa import EVAL_FILE, fine_tuned_folder
