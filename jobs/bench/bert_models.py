@@ -41,6 +41,10 @@ length, V vocabulary size.
 """
 import functools
 import gc
+import json
+import os
+import subprocess
+import sys
 import tempfile
 
 import mxnet as mx
@@ -56,8 +60,8 @@ from .gluonnlp010 import (FUSED_OPS, SIZE_KEYS, fuse_010, gluonnlp_bert, legacy,
                           load_010, nd_inputs, quantize_010)
 
 __all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'PLAIN', 'INT8', 'HF_FUSED', 'FUSED_OPS',
-           'RATIO_PEERS', 'gluonnlp_bert', 'bert_inputs', 'isa_of', 'runner_factories',
-           'runners', 'shape_medians', 'rows_of', 'bert_model_rows', 'bert_models_table']
+           'RATIO_PEERS', 'ROWS_LINE', 'ROOT', 'gluonnlp_bert', 'bert_inputs', 'isa_of', 'runner_factories',
+           'runners', 'shape_medians', 'rows_of', 'run_worker', 'bert_model_rows', 'bert_models_table']
 
 CONFIG = 'bert_models'
 MODELS = ('bert_12_768_12', 'bert_24_1024_16')
@@ -69,6 +73,8 @@ INT8 = 'gluonnlp_0.10_int8'
 HF_FUSED = 'onnxruntime_hf_optimized'
 # the rows every row is compared with, where they ran beside it
 RATIO_PEERS = (REFERENCE, PLAIN, INT8, HF_FUSED)
+ROWS_LINE = 'bert_models rows: '       # how jobs.bench.bert_worker prints its rows
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bert_inputs(length, vocab_size, seed=0, batch=BATCH):
@@ -196,10 +202,28 @@ def rows_of(config, model_name, shape, mode, medians, amount, unit, quality=None
             for impl, seconds in medians.items()]
 
 
+def run_worker(spec):
+    """The rows of the (model, T) of ``spec`` (a dict: ``model``, ``size``, ``vocab_size``,
+    ``folder``, ``length``, ``rounds``, ``int8``, ``onnx``, ``one_at_a_time``), timed in a child
+    process (``python -m jobs.bench.bert_worker SPEC``, from the repository root); its other
+    printed lines are printed here. RuntimeError when it fails."""
+    done = subprocess.run([sys.executable, '-m', 'jobs.bench.bert_worker', json.dumps(spec)],
+                          cwd=ROOT, capture_output=True, text=True)
+    lines = done.stdout.splitlines()
+    rows = [json.loads(line[len(ROWS_LINE):]) for line in lines if line.startswith(ROWS_LINE)]
+    for line in lines:
+        if not line.startswith(ROWS_LINE):
+            print(line, flush=True)
+    if done.returncode or not rows:
+        raise RuntimeError('bert_models {} T={} failed (exit status {}): {}'.format(
+            spec['model'], spec['length'], done.returncode, done.stderr[-1500:]))
+    return rows[-1]
+
+
 def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LENGTHS, sizes=None,
                     vocab_size=VOCAB_SIZE, int8=True, on_rows=None, onnx=None):
     """Rows of the ``bert_models`` configuration (see the module docstring), each (model, T)
-    timed in a process of its own (:func:`jobs.bench.bert_worker.run_worker`; the two lengths
+    timed in a process of its own (:func:`run_worker`; the two lengths
     of a model share its converted weights).
 
     ``large_long_rounds``: timed rounds of BERT-large at T=384 (None: ``rounds`` - 1, at least
@@ -209,7 +233,6 @@ def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LEN
     ``torch_python``, ``peer_script``) for the exported and ONNX Runtime rows at BERT-base.
     RuntimeError when a process fails (its error output quoted).
     """
-    from .bert_worker import run_worker  # pylint: disable=import-outside-toplevel
     rows = []
     for model_name in models:
         size = (sizes or {}).get(model_name) or {

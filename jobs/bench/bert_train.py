@@ -25,8 +25,7 @@ import tempfile
 
 from gluon_attention.core.matmul import bfloat16_problem
 
-from .bert_models import MODELS, PLAIN, rows_of
-from .bert_worker import ROOT
+from .bert_models import MODELS, PLAIN, ROOT, rows_of
 from .models import TORCH, step_medians
 
 __all__ = ['CONFIG', 'IMPLS', 'write_model', 'train_runs', 'bert_train_rows']

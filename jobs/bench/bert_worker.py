@@ -1,6 +1,6 @@
 """One (model, T) of the ``bert_models`` rows in a process of its own.
 
-:func:`run_worker` (the parent) starts ``python -m jobs.bench.bert_worker SPEC`` from the
+:func:`jobs.bench.bert_models.run_worker` (the parent) starts ``python -m jobs.bench.bert_worker SPEC`` from the
 repository root and returns the rows it prints; the child (:func:`shape_rows`) builds the 0.10
 model and its conversion into the spec's folder unless an earlier child of the same model left
 them there, times the rows of :func:`jobs.bench.bert_models.runner_factories` (and, at
@@ -11,34 +11,14 @@ reached about 20 GB.
 """
 import json
 import os
-import subprocess
 import sys
 
-__all__ = ['ROWS_LINE', 'run_worker', 'shape_rows', 'main']
-
-ROWS_LINE = 'bert_models rows: '
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def run_worker(spec):
-    """The rows of the (model, T) of ``spec`` (a dict: ``model``, ``size``, ``vocab_size``,
-    ``folder``, ``length``, ``rounds``, ``int8``, ``onnx``, ``one_at_a_time``), timed in a child
-    process; its other printed lines are printed here. RuntimeError when it fails."""
-    done = subprocess.run([sys.executable, '-m', 'jobs.bench.bert_worker', json.dumps(spec)],
-                          cwd=ROOT, capture_output=True, text=True)
-    lines = done.stdout.splitlines()
-    rows = [json.loads(line[len(ROWS_LINE):]) for line in lines if line.startswith(ROWS_LINE)]
-    for line in lines:
-        if not line.startswith(ROWS_LINE):
-            print(line, flush=True)
-    if done.returncode or not rows:
-        raise RuntimeError('bert_models {} T={} failed (exit status {}): {}'.format(
-            spec['model'], spec['length'], done.returncode, done.stderr[-1500:]))
-    return rows[-1]
+__all__ = ['shape_rows', 'main']
 
 
 def shape_rows(spec):
-    """The rows of one (model, T) in this process (see :func:`run_worker` for ``spec``)."""
+    """The rows of one (model, T) in this process (see
+    :func:`jobs.bench.bert_models.run_worker` for ``spec``)."""
     # pylint: disable=import-outside-toplevel
     from gluon_attention.core.matmul import bfloat16_problem
     from . import bert_models as bench
@@ -66,12 +46,14 @@ def shape_rows(spec):
 
 
 def main(argv=None):
-    """``python -m jobs.bench.bert_worker SPEC``: prints the rows as ``ROWS_LINE`` + JSON."""
+    """``python -m jobs.bench.bert_worker SPEC``: prints the rows as
+    :data:`jobs.bench.bert_models.ROWS_LINE` + JSON."""
     spec = json.loads((argv or sys.argv[1:])[0])
     import mxnet as mx  # pylint: disable=import-outside-toplevel
     mx.npx.set_np()
+    from . import bert_models as bench  # pylint: disable=import-outside-toplevel
     rows = shape_rows(spec)
-    print(ROWS_LINE + json.dumps(rows), flush=True)
+    print(bench.ROWS_LINE + json.dumps(rows), flush=True)
 
 
 if __name__ == '__main__':

@@ -143,7 +143,7 @@ def test_exported_and_onnx_rows_answer_as_the_converted_model_and_reuse_their_fi
 
 
 def test_a_failing_worker_is_an_error_quoting_its_output(tmp_path):
-    from jobs.bench.bert_worker import run_worker
+    from jobs.bench.bert_models import run_worker
     spec = dict(model='no_such_model', size=TINY, vocab_size=40, folder=str(tmp_path),
                 length=32, rounds=1, int8=False, onnx=None, one_at_a_time=False)
     with pytest.raises(RuntimeError, match="(?s)bert_models no_such_model T=32 failed .*KeyError: 'no_such_model'"):
