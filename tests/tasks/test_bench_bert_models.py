@@ -148,3 +148,16 @@ def test_a_failing_worker_is_an_error_quoting_its_output(tmp_path):
                 length=32, rounds=1, int8=False, onnx=None, one_at_a_time=False)
     with pytest.raises(RuntimeError, match="(?s)bert_models no_such_model T=32 failed .*KeyError: 'no_such_model'"):
         run_worker(spec)
+
+
+def test_the_onnx_rows_join_the_base_rows_of_the_worker(capsys):
+    pytest.importorskip('onnxruntime')
+    rows = bert_models.bert_model_rows(rounds=1, models=(BASE,), lengths=(32,),
+                                       sizes={BASE: TINY}, vocab_size=40, int8=False,
+                                       onnx=dict(threads=1))
+    by_impl = {r['impl']: r for r in rows}
+    assert {'ours', bert_models.REFERENCE, 'ours_exported', 'ours_int8'} <= set(by_impl)
+    assert by_impl['ours_int8']['isa'] == bert_models.isa_of('ours_int8')
+    assert set(by_impl['ours_exported']['ratio']) == {bert_models.REFERENCE}
+    assert 'bert_models: no onnxruntime_hf_optimized, onnxruntime_hf_int8 rows' in (
+        capsys.readouterr().out)
