@@ -10,8 +10,11 @@ oneDNN's fusion, ``jobs.bench.bert_models``): throughput, ratio to our float32 r
 transformers in float32 and in bfloat16 autocast, ONNX Runtime and ONNX Runtime on the fused
 Hugging Face export (float32 and INT8), and for ``qa_inference`` the answers kept against our
 float32 graph and F1 (``--qa-model-dir``); under that table, one line per ratio goal of the
-bfloat16 rows (met or not); ``--modes`` does not apply to them. The header says whether our
-bfloat16 rows ran on AMX and what the torch peer said of AMX.
+bfloat16 rows (met or not). ``bert_models_train`` (the SQuAD step at BERT-base against 0.10 and
+PyTorch, ``jobs.bench.bert_train``) and ``bert_models_qa_int8`` (our INT8 against 0.10's INT8 on
+the fine-tuned ``--qa-model-dir``, ``jobs.bench.qa_int8``) share the bert_models table;
+``--modes`` does not apply to the whole-model rows. The header says whether our bfloat16 rows
+ran on AMX and what the torch peer said of AMX.
 
 Example: ``python scripts/benchmark.py --threads 2 --configs bert128,bert384 --repeats 5``.
 """
@@ -27,7 +30,8 @@ import time
 # the repository root, for the jobs (jobs/, not part of the installed package)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-MODEL_CONFIGS = ('squad_step', 'qa_inference', 'bert_models')
+MODEL_CONFIGS = ('squad_step', 'qa_inference', 'bert_models', 'bert_models_train',
+                 'bert_models_qa_int8')
 CONFIG_NAMES = ('bert128', 'bert384', 'long2048', 'long4096', 'decode') + MODEL_CONFIGS
 PEERS = ('gluonnlp_dot', 'torch_sdpa', 'batch_dot_ceiling', 'gemm_softmax_floor')
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
@@ -43,7 +47,8 @@ def parse_args(argv=None):
     parser.add_argument('--modes', default='fwd,fwdbwd', help='fwd, fwdbwd or both')
     parser.add_argument('--repeats', type=int, default=5, help='timed rounds (median; >= 5)')
     parser.add_argument('--model-rounds', type=int, default=2,
-                        help='timed rounds of the squad_step and qa_inference rows (median)')
+                        help='timed rounds of the whole-model rows (median; bert_models_train '
+                             'and bert_models_qa_int8: one fewer, at least 1)')
     parser.add_argument('--quick', action='store_true',
                         help='bert128 and decode only, 3 rounds, no memory processes')
     parser.add_argument('--no-memory', action='store_true', help='skip the memory processes')
@@ -64,7 +69,8 @@ def parse_args(argv=None):
                              'run_squad.py train saves it (e.g. runs/squad/model after make '
                              'demo; its heads, lengths and threshold; F1 reported) or a '
                              "pretrained encoder folder (random heads; no F1) (default: '': the "
-                             'embedded pretrained encoder)')
+                             'embedded pretrained encoder); bert_models_qa_int8 runs only with a '
+                             'fine-tuned folder')
     parser.add_argument('--memory-worker', nargs=3, metavar=('IMPL', 'CONFIG', 'MODE'),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -194,17 +200,27 @@ def measure(args, torch_peer, python, on_row=None):
 
 def model_rows(config, threads, torch_python, rounds, data_dir='', qa_model_dir='',
                on_rows=None):
-    """The rows of a whole-model configuration ('squad_step', 'qa_inference' or
-    'bert_models') at full size;
+    """The rows of a whole-model configuration (one of MODEL_CONFIGS) at full size;
     ``torch_python`` None, or one without transformers: no torch row (nor HF rows);
-    ``data_dir``: the data folder of the qa_inference questions; ``qa_model_dir``: their model
-    ('': the pretrained encoder under random heads); ``on_rows(rows)``: called by bert_models
-    after each (model, T)."""
+    ``data_dir``: the data folder of the questions; ``qa_model_dir``: their model for
+    qa_inference ('': the pretrained encoder under random heads) and bert_models_qa_int8 (a
+    fine-tuned folder; '': rows left out, with a line saying why); ``on_rows(rows)``: called
+    by bert_models after each (model, T)."""
     from jobs.bench import bert_models, models, qa
-    if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
-        return bert_models.bert_model_rows(rounds=rounds, on_rows=on_rows)
     if torch_python and not models.has_transformers(torch_python):
         torch_python = None
+    if config == 'bert_models':     # BERT-base and -large against GluonNLP 0.10 (oneDNN)
+        return bert_models.bert_model_rows(rounds=rounds, on_rows=on_rows, onnx=dict(
+            threads=threads, torch_python=torch_python,
+            peer_script=os.path.join(SCRIPTS, 'bench_qa_torch_peer.py')))
+    if config == 'bert_models_train':
+        from jobs.bench.bert_train import bert_train_rows
+        return bert_train_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
+                               torch_python, rounds=max(1, rounds - 1))
+    if config == 'bert_models_qa_int8':
+        from jobs.bench.qa_int8 import qa_int8_rows
+        return qa_int8_rows(qa_model_dir, threads, rounds=max(1, rounds - 1),
+                            data_dir=data_dir)
     if config == 'squad_step':
         return models.squad_step_rows(os.path.join(SCRIPTS, 'squad_step_speed.py'), threads,
                                       torch_python, rounds=rounds)
@@ -272,7 +288,8 @@ def main(argv=None):
     if args.memory_worker:
         print(json.dumps({'peak_bytes': bench.peak_memory_bytes(*args.memory_worker)}))
         return
-    if 'qa_inference' in args.configs:      # its data file exists before any timing starts
+    if {'qa_inference', 'bert_models_qa_int8'} & set(args.configs):   # their data file and
+        # model folder exist before any timing starts
         from gluon_attention.data import squad
         from gluon_attention.pipelines.folder import check_model_folder
         from jobs.bench.qa import EVAL_FILE, fine_tuned_folder

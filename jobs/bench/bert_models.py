@@ -19,35 +19,49 @@ forward only, the sequence output waited for. Rows (``impl``):
 * ``gluonnlp_0.10_int8``: the 0.10 model quantized by ``quantize_net_v2`` with oneDNN's
   ``MKLDNN_QUANTIZE`` pass, calibrated on two other random batches (its QKV projection stays
   float32: see :func:`_int8_runner`);
-* ``gluonnlp_0.10``: the 0.10 model hybridized without a backend, at BERT-base T=128 only
-  (about 20 times slower than the fused one).
+* ``gluonnlp_0.10``: the 0.10 model hybridized without a backend, at BERT-base T=128 only;
+* at BERT-base, given ``onnx`` (:mod:`~jobs.bench.bert_onnx`): ``ours_exported`` (our exported
+  QA graph, encoder + conditional head under random heads), ``ours_int8`` (its ONNX file
+  optimized and quantized as ``run_squad.py quantize`` does), ``onnxruntime_hf_optimized`` and
+  ``onnxruntime_hf_int8`` (the Hugging Face ``BertModel`` export of the same weights and head,
+  fused by ONNX Runtime's transformer optimizer, and quantized), on the same batch with a
+  ``p_mask``.
 
-All rows of one shape run interleaved in this process (ours, ours_bfloat16, fused, plain, ours,
-...), one warm-up round then ``rounds`` timed ones; BERT-large at T=384 runs one implementation
-at a time (its static graphs hold several GB each) and fewer rounds;
-time = the median. Rows keep the whole-model keys of :mod:`~jobs.bench.models` (``unit``
-features/s) with ``ratio`` against :data:`REFERENCE` only, and add ``model`` (the zoo name) and
-``isa`` (the instruction set the products ran on: the CPU's vector level, and AMX or not for
-the bfloat16 row). Glossary: B batch, T sequence length, V vocabulary size.
+Each (model, T) runs in a process of its own (:mod:`~jobs.bench.bert_worker`); its rows run
+interleaved there (ours, ours_bfloat16, fused, plain, ours, ...), one warm-up round then
+``rounds`` timed ones; BERT-large at T=384 runs one implementation at a time (its static graphs
+hold several GB each) and fewer rounds; time = the median. Rows keep the whole-model keys of
+:mod:`~jobs.bench.models` (``unit`` features/s) with ``ratio`` against the rows of
+:data:`RATIO_PEERS` present in the same run, and add ``model`` (the zoo name) and ``isa`` (the
+instruction set the products ran on: the CPU's vector level, VNNI for INT8 rows, AMX or not for
+bfloat16 rows). The training step (``bert_models_train``, :mod:`~jobs.bench.bert_train`) and
+the INT8 question answering (``bert_models_qa_int8``, :mod:`~jobs.bench.qa_int8`) give rows of
+the same form, in the same table (:func:`bert_models_table`). Glossary: B batch, T sequence
+length, V vocabulary size.
 """
-import contextlib
 import functools
 import gc
+import json
+import os
+import subprocess
+import sys
 import tempfile
 
 import mxnet as mx
 import numpy as onp
 
-from gluon_attention.convert import ARCHITECTURES, from_gluonnlp
+from gluon_attention.convert import ARCHITECTURES
 from gluon_attention.core.kernels import Kernels
-from gluon_attention.core.matmul import bfloat16_problem
 from gluon_attention.hardware import amx_in_use, cpu_flags
 from gluon_attention.models.encoder import BertEncoder
 
 from .attention import interleaved_medians
+from .gluonnlp010 import (FUSED_OPS, SIZE_KEYS, fuse_010, gluonnlp_bert, legacy, legacy_runner,
+                          load_010, nd_inputs, quantize_010)
 
-__all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'INT8', 'FUSED_OPS', 'gluonnlp_bert',
-           'fused_op_names', 'bert_inputs', 'isa_of', 'runner_factories', 'runners',
+__all__ = ['CONFIG', 'MODELS', 'LENGTHS', 'REFERENCE', 'PLAIN', 'INT8', 'HF_FUSED', 'FUSED_OPS',
+           'RATIO_PEERS', 'ROWS_LINE', 'ROOT', 'gluonnlp_bert', 'bert_inputs', 'isa_of',
+           'runner_factories', 'runners', 'shape_medians', 'rows_of', 'run_worker',
            'bert_model_rows', 'bert_models_table']
 
 CONFIG = 'bert_models'
@@ -57,55 +71,11 @@ BATCH, VOCAB_SIZE = 8, 30522
 REFERENCE = 'gluonnlp_0.10_onednn'
 PLAIN = 'gluonnlp_0.10'
 INT8 = 'gluonnlp_0.10_int8'
-FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
-_SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
-
-
-@contextlib.contextmanager
-def _legacy():
-    """0.10 blocks run outside numpy mode."""
-    with mx.util.np_array(False), mx.util.np_shape(False):
-        yield
-
-
-def _build_010(model_name, sizes, vocab_size):
-    """A 0.10 ``BERTModel`` (sequence output only), not initialised; build it in legacy mode."""
-    from gluonnlp.model import bert as gbert  # pylint: disable=import-outside-toplevel
-    config = ARCHITECTURES[model_name]
-    encoder = gbert.BERTEncoder(dropout=0.0, layer_norm_eps=config['layer_norm_eps'],
-                                activation=config['activation'], **sizes)
-    return gbert.BERTModel(encoder, vocab_size=vocab_size, token_type_vocab_size=2,
-                           units=sizes['units'], embed_size=sizes['units'], use_pooler=False,
-                           use_decoder=False, use_classifier=False)
-
-
-def gluonnlp_bert(model_name, sizes, vocab_size, folder, seed=0):
-    """A 0.10 ``BERTModel`` of the zoo family ``model_name`` at ``sizes`` (dict of
-    ``num_layers``, ``units``, ``hidden_size``, ``num_heads``, ``max_length``), V =
-    ``vocab_size``, weights N(0, 0.02) from ``seed``, saved as ``folder``/net.params with its
-    vocabulary and converted into ``folder``/ours. Returns the two paths."""
-    import gluonnlp as nlp  # pylint: disable=import-outside-toplevel
-    words = ['w%d' % i for i in range(vocab_size - 5)]          # + 5 special tokens
-    params, vocab_file, ours = ('%s/%s' % (folder, n) for n in ('net.params', 'net.vocab', 'ours'))
-    with _legacy():
-        vocab = nlp.vocab.BERTVocab(nlp.data.count_tokens(words))
-        net = _build_010(model_name, sizes, len(vocab))
-        mx.random.seed(seed)
-        net.initialize(mx.init.Normal(0.02))
-        ids = mx.nd.ones((1, 4))
-        net(ids, ids, mx.nd.array([4]))                          # deferred shapes
-        net.save_parameters(params)
-    with open(vocab_file, 'w', encoding='utf-8') as out:
-        out.write(vocab.to_json())
-    from_gluonnlp(params, model_name, vocab_file, ours, sizes=sizes)
-    return params, ours
-
-
-def fused_op_names(net):
-    """The oneDNN self-attention operators in ``net``'s partitioned graph (after
-    ``optimize_for``), sorted."""
-    graph = net._cached_graph[1].tojson()  # pylint: disable=protected-access
-    return sorted({name for name in FUSED_OPS if '"%s"' % name in graph})
+HF_FUSED = 'onnxruntime_hf_optimized'
+# the rows every row is compared with, where they ran beside it
+RATIO_PEERS = (REFERENCE, PLAIN, INT8, HF_FUSED)
+ROWS_LINE = 'bert_models rows: '       # how jobs.bench.bert_worker prints its rows
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bert_inputs(length, vocab_size, seed=0, batch=BATCH):
@@ -132,68 +102,41 @@ def _ours_runner(folder, inputs, kernels):
     return run
 
 
-def _legacy_runner(net, arrays):
-    """A callable running the 0.10 block ``net`` on ``arrays`` (mx.nd) outside numpy mode."""
-    def run():
-        with _legacy():
-            out = net(*arrays)
-            out.wait_to_read()
-        return out
-    return run
-
-
 def _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, fused):
     """0.10's model loaded from ``params``, fused by oneDNN (``fused``) or plainly hybridized."""
-    with _legacy():
-        net = _build_010(model_name, sizes, vocab_size)
-        net.load_parameters(params)
-        arrays = [mx.nd.array(x, dtype='float32') for x in inputs]
-        if fused:
-            net.optimize_for(*arrays, backend='MKLDNN', static_alloc=True, static_shape=True)
-            found = fused_op_names(net)
-            if found != sorted(FUSED_OPS):
-                raise RuntimeError('optimize_for(backend=MKLDNN) did not fuse the 0.10 '
-                                   'self-attention: found {}'.format(found))
-        else:
+    net = load_010(model_name, sizes, vocab_size, params)
+    arrays = nd_inputs(inputs)
+    if fused:
+        fuse_010(net, arrays)
+    else:
+        with legacy():
             net.hybridize(static_alloc=True, static_shape=True)
-    return _legacy_runner(net, arrays)
+    return legacy_runner(net, arrays)
 
 
 def _int8_runner(model_name, sizes, vocab_size, params, inputs, calibration_batches=2):
-    """0.10's model quantized by ``quantize_net_v2`` (oneDNN's ``MKLDNN_QUANTIZE`` pass on a
-    CPU), calibrated (naive min/max) on ``calibration_batches`` other random batches of the
-    same shape. The QKV projection stays float32 (``exclude_layers_match``): 0.10 builds its
-    interleaved QKV weight in the graph (reshape + concat of three parameters) and MXNet
-    1.9.1's quantized graph then fails type inference (uint8 provided, int8 inferred)."""
-    with _legacy():
-        net = _build_010(model_name, sizes, vocab_size)
-        net.load_parameters(params)
-        net.hybridize(static_alloc=True, static_shape=True)
-        arrays = [mx.nd.array(x, dtype='float32') for x in inputs]
-        net(*arrays)
-        calibration = [onp.concatenate(x) for x in zip(*[
-            bert_inputs(inputs[0].shape[1], vocab_size, seed=1 + i, batch=len(inputs[0]))
-            for i in range(calibration_batches)])]
-        data = mx.io.NDArrayIter({'data%d' % i: mx.nd.array(x, dtype='float32')
-                                  for i, x in enumerate(calibration)}, batch_size=len(inputs[0]))
-        quantized = mx.contrib.quantization.quantize_net_v2(
-            net, quantized_dtype='auto', calib_mode='naive', calib_data=data,
-            data_shapes=data.provide_data, num_calib_examples=len(calibration[0]),
-            exclude_layers_match=['dotproductselfattentioncell0_fullyconnected'])
-        quantized.hybridize(static_alloc=True, static_shape=True)
-    return _legacy_runner(quantized, arrays)
+    """0.10's model quantized by :func:`~jobs.bench.gluonnlp010.quantize_010` (its QKV
+    projection float32), calibrated on ``calibration_batches`` other random batches of the
+    same shape."""
+    calibration = [onp.concatenate(x) for x in zip(*[
+        bert_inputs(inputs[0].shape[1], vocab_size, seed=1 + i, batch=len(inputs[0]))
+        for i in range(calibration_batches)])]
+    quantized = quantize_010(load_010(model_name, sizes, vocab_size, params), calibration,
+                             len(inputs[0]))
+    return legacy_runner(quantized, nd_inputs(inputs))
 
 
 def isa_of(impl):
     """The instruction set the products of row ``impl`` run on (from /proc/cpuinfo and
-    :func:`gluon_attention.hardware.amx_in_use`)."""
+    :func:`gluon_attention.hardware.amx_in_use`, which decides for MXNet's oneDNN; PyTorch's
+    oneDNN uses AMX wherever the CPU has it)."""
     flags = cpu_flags()
     vector = 'avx512' if 'avx512f' in flags else 'avx2' if 'avx2' in flags else 'sse'
-    if impl == INT8:
+    if 'int8' in impl:
         return vector + ('+vnni' if 'avx512_vnni' in flags else '') + (
-            ' (amx allowed)' if amx_in_use() else '')
+            ' (amx allowed)' if impl == INT8 and amx_in_use() else '')
     if impl.endswith('bfloat16'):
-        if amx_in_use():
+        if amx_in_use() if not impl.startswith('torch') else 'amx_bf16' in flags:
             return vector + '+amx'
         return vector + ('+avx512_bf16 (no amx)' if 'avx512_bf16' in flags else
                          ' (no bfloat16 instructions)')
@@ -237,60 +180,97 @@ def _one_at_a_time(factories, rounds):
     return medians
 
 
-def _rows(model_name, length, medians, batch):
-    return [dict(config=CONFIG, model=model_name, shape=[batch, length], mode='infer',
-                 impl=impl, median_s=seconds, gflops=None, peak_mb=None,
-                 throughput=batch / seconds, unit='features/s', isa=isa_of(impl),
-                 ratio={REFERENCE: medians[REFERENCE] / seconds} if impl != REFERENCE else {},
-                 answers_kept=None, f1=None)
+def shape_medians(factories, rounds, one_at_a_time=False):
+    """{impl: median seconds} of the runners the ``factories`` make: built together and timed
+    interleaved, or (``one_at_a_time``) built, timed and freed in turn."""
+    if one_at_a_time:
+        return _one_at_a_time(factories, rounds)
+    return interleaved_medians({name: make() for name, make in factories.items()}, rounds)
+
+
+def rows_of(config, model_name, shape, mode, medians, amount, unit, quality=None):
+    """The rows of one shape from {impl: median seconds}: ``amount`` features or questions per
+    timed call, ratios against the :data:`RATIO_PEERS` present, ``quality`` {impl: (answers
+    kept, F1)} where measured."""
+    quality = quality or {}
+    return [dict(config=config, model=model_name, shape=list(shape), mode=mode, impl=impl,
+                 median_s=seconds, gflops=None, peak_mb=None, throughput=amount / seconds,
+                 unit=unit, isa=isa_of(impl),
+                 ratio={p: medians[p] / seconds for p in RATIO_PEERS
+                        if p in medians and p != impl},
+                 answers_kept=quality.get(impl, (None, None))[0],
+                 f1=quality.get(impl, (None, None))[1])
             for impl, seconds in medians.items()]
 
 
+def run_worker(spec):
+    """The rows of the (model, T) of ``spec`` (a dict: ``model``, ``size``, ``vocab_size``,
+    ``folder``, ``length``, ``rounds``, ``int8``, ``onnx``, ``one_at_a_time``), timed in a child
+    process (``python -m jobs.bench.bert_worker SPEC``, from the repository root); its other
+    printed lines are printed here. RuntimeError when it fails."""
+    done = subprocess.run([sys.executable, '-m', 'jobs.bench.bert_worker', json.dumps(spec)],
+                          cwd=ROOT, capture_output=True, text=True)
+    lines = done.stdout.splitlines()
+    rows = [json.loads(line[len(ROWS_LINE):]) for line in lines if line.startswith(ROWS_LINE)]
+    for line in lines:
+        if not line.startswith(ROWS_LINE):
+            print(line, flush=True)
+    if done.returncode or not rows:
+        raise RuntimeError('bert_models {} T={} failed (exit status {}): {}'.format(
+            spec['model'], spec['length'], done.returncode, done.stderr[-1500:]))
+    return rows[-1]
+
+
 def bert_model_rows(rounds=2, large_long_rounds=None, models=MODELS, lengths=LENGTHS, sizes=None,
-                    vocab_size=VOCAB_SIZE, int8=True, on_rows=None):
-    """Rows of the ``bert_models`` configuration (see the module docstring).
+                    vocab_size=VOCAB_SIZE, int8=True, on_rows=None, onnx=None):
+    """Rows of the ``bert_models`` configuration (see the module docstring), each (model, T)
+    timed in a process of its own (:func:`run_worker`; the two lengths
+    of a model share its converted weights).
 
     ``large_long_rounds``: timed rounds of BERT-large at T=384 (None: ``rounds`` - 1, at least
     1); ``sizes``: {zoo name: sizes} replacing the zoo's (tests); ``on_rows(rows)`` is called after
-    each (model, T); ``int8``: whether the 0.10 INT8 rows run. ImportError without gluonnlp;
-    RuntimeError when oneDNN does not fuse.
+    each (model, T); ``int8``: whether the 0.10 INT8 rows run; ``onnx``: None, or the keyword
+    arguments of :func:`jobs.bench.bert_onnx.onnx_factories` after the first four (``threads``,
+    ``torch_python``, ``peer_script``) for the exported and ONNX Runtime rows at BERT-base.
+    RuntimeError when a process fails (its error output quoted).
     """
-    problem = bfloat16_problem()
-    if problem is not None:
-        print('bert_models: no ours_bfloat16 rows: {}'.format(problem))
     rows = []
-    large_long_rounds = large_long_rounds or max(1, rounds - 1)
     for model_name in models:
         size = (sizes or {}).get(model_name) or {
-            k: ARCHITECTURES[model_name][k] for k in _SIZE_KEYS}
-        with tempfile.TemporaryDirectory() as folder:
-            paths = gluonnlp_bert(model_name, size, vocab_size, folder)
+            k: ARCHITECTURES[model_name][k] for k in SIZE_KEYS}
+        with tempfile.TemporaryDirectory(prefix='ga-bert-models') as folder:
             for length in lengths:
-                made = runner_factories(model_name, size, vocab_size, paths, length,
-                                        problem is None, int8)
-                if model_name == MODELS[1] and length == LENGTHS[1]:
-                    medians = _one_at_a_time(made, large_long_rounds)
-                else:
-                    medians = interleaved_medians({k: f() for k, f in made.items()}, rounds)
-                rows += _rows(model_name, length, medians, BATCH)
-                gc.collect()           # the graphs of this (model, T): reference cycles
-                print('bert_models {} T={} done'.format(model_name, length), flush=True)
+                long_large = model_name == MODELS[1] and length == LENGTHS[1]
+                rows += run_worker(dict(
+                    model=model_name, size=size, vocab_size=vocab_size, folder=folder,
+                    length=length, int8=int8, onnx=onnx, one_at_a_time=long_large,
+                    rounds=(large_long_rounds or max(1, rounds - 1)) if long_large else rounds))
                 if on_rows:
                     on_rows(rows)
     return rows
 
 
+CONFIGS = (CONFIG, 'bert_models_train', 'bert_models_qa_int8')
+_TITLES = ('vs 0.10 float32', 'vs 0.10 INT8', 'vs ORT HF fused')
+
+
 def bert_models_table(rows):
-    """Markdown lines of the ``bert_models`` rows (empty when there are none)."""
-    rows = [r for r in rows if r['config'] == CONFIG]
+    """Markdown lines of the rows of :data:`CONFIGS` (empty when there are none)."""
+    rows = [r for r in rows if r['config'] in CONFIGS]
     if not rows:
         return []
-    lines = ['', '| model | B x T | implementation | instruction set | median s | features/s '
-             '| vs 0.10 + oneDNN fusion |', '|---|---|---|---|---:|---:|---:|']
+    lines = ['', '| model | mode | B x T | implementation | instruction set | median s | '
+             'throughput | ' + ' | '.join(_TITLES) + ' | answers kept | F1 |',
+             '|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|']
     for row in rows:
-        ratio = row['ratio'].get(REFERENCE)
-        lines.append('| {} | {} x {} | {} | {} | {:.3f} | {:.2f} | {} |'.format(
-            row['model'], row['shape'][0], row['shape'][1], row['impl'], row['isa'],
-            row['median_s'], row['throughput'], '1.00x' if ratio is None else
-            '%.2fx' % ratio))
+        ratio = row['ratio']
+        ratios = [ratio.get(REFERENCE, ratio.get(PLAIN)), ratio.get(INT8), ratio.get(HF_FUSED)]
+        kept, f1 = row.get('answers_kept'), row.get('f1')
+        cells = [row['model'], row['mode'], '{} x {}'.format(*row['shape']), row['impl'],
+                 row['isa'], '%.3f' % row['median_s'],
+                 '%.2f %s' % (row['throughput'], row['unit'])]
+        cells += ['-' if r is None else '%.2fx' % r for r in ratios]
+        cells += ['-' if kept is None else '%.1f%%' % (100 * kept),
+                  '-' if f1 is None else '%.2f' % f1]
+        lines.append('| ' + ' | '.join(cells) + ' |')
     return lines

@@ -37,7 +37,7 @@ from gluon_attention.resources import default_model_dir
 
 __all__ = ['MODEL_CONFIGS', 'TORCH', 'TORCH_BFLOAT16', 'OURS_FLOAT32', 'PEERS', 'COLUMNS',
            'PEER_TITLES', 'GOALS', 'has_transformers', 'imports', 'rows_from_medians',
-           'squad_step_commands', 'squad_step_rows', 'model_table', 'goal_lines',
+           'squad_step_commands', 'squad_step_rows', 'step_medians', 'model_table', 'goal_lines',
            'torch_amx_sentence']
 
 MODEL_CONFIGS = ('squad_step', 'qa_inference')
@@ -126,6 +126,16 @@ def squad_step_rows(step_script, threads, torch_python=None, rounds=3, batch_siz
                                         seq_length, steps, warmup, model_dir)
     for line in skipped:
         print(line, flush=True)
+    medians = step_medians(runs, rounds, threads, batch_size)
+    return rows_from_medians('squad_step', (batch_size, seq_length), 'train', medians,
+                             batch_size, 'features/s')
+
+
+def step_medians(runs, rounds, threads, batch_size, label='squad_step'):
+    """{name: median seconds of a step} of ``runs`` ({name: command line of
+    ``scripts/squad_step_speed.py``}), every run once per round with ``threads`` OpenMP
+    threads, the order rotating by one run each round; the median over rounds of each run's
+    median step. RuntimeError (starting with ``label``) when a run fails."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     names = list(runs)
     times = {name: [] for name in names}
@@ -134,12 +144,10 @@ def squad_step_rows(step_script, threads, torch_python=None, rounds=3, batch_siz
         for name in names[shift:] + names[:shift]:
             done = subprocess.run(runs[name], capture_output=True, text=True, env=env)
             if done.returncode:
-                raise RuntimeError('squad_step {} failed: {}'.format(name, done.stderr[-500:]))
+                raise RuntimeError('{} {} failed: {}'.format(label, name, done.stderr[-500:]))
             speed = json.loads(done.stdout.strip().splitlines()[-1])['features_per_second']
             times[name].append(batch_size / speed)
-    medians = {name: statistics.median(times[name]) for name in names}
-    return rows_from_medians('squad_step', (batch_size, seq_length), 'train', medians,
-                             batch_size, 'features/s')
+    return {name: statistics.median(times[name]) for name in names}
 
 
 def model_table(rows):

@@ -76,8 +76,8 @@ from .peer import PeerProcess
 
 __all__ = ['EVAL_FILE', 'IMPLS', 'eval_set', 'eval_batches', 'fine_tuned_folder', 'export_qa',
            'export_random_qa', 'head_weights', 'save_batches', 'ours_runner', 'onnx_runner',
-           'torch_qa_peer',
-           'decoded_answers', 'answer_quality', 'qa_inference_rows']
+           'torch_qa_peer', 'decoded_answers', 'answer_quality', 'fine_tuned_threshold',
+           'qa_inference_rows']
 
 EVAL_FILE = 'haystack-small'
 TOP_N = 5          # start_top_n = end_top_n = 5, the job's defaults
@@ -293,6 +293,15 @@ def answer_quality(examples, reference, answers, f1=True):
     return kept, squad.squad_evaluate(examples, answers)['f1'] if f1 else None
 
 
+def fine_tuned_threshold(tuned, examples):
+    """The saved null threshold (a :class:`~gluon_attention.pipelines.NullThreshold`) of the
+    loaded fine-tuned folder ``tuned``; ValueError when it was trained on the articles of
+    ``examples`` (the evaluation questions)."""
+    check_not_trained_on(tuned.qa_config, examples, EVAL_FILE)
+    return NullThreshold.saved(tuned.qa_config).resolve(
+        tuned.qa_config, tuned.qa_config['version_2_with_negative'])
+
+
 def _skip_line(rows, why):
     return 'qa_inference: no {} row{}: {}'.format(', '.join(rows), 's' * (len(rows) > 1), why)
 
@@ -439,9 +448,7 @@ def qa_inference_rows(peer_script, threads, torch_python=None, rounds=2, warmup=
         print('qa_inference: the encoder {} under random heads: answers kept only, no F1 (a '
               'fine-tuned model folder, e.g. runs/squad/model, gives F1)'.format(model_dir))
     else:
-        check_not_trained_on(tuned.qa_config, found['examples'], EVAL_FILE)
-        threshold = NullThreshold.saved(tuned.qa_config).resolve(
-            tuned.qa_config, tuned.qa_config['version_2_with_negative'])
+        threshold = fine_tuned_threshold(tuned, found['examples'])
         print('qa_inference: the fine-tuned model {} (null threshold {:.4g}): answers kept and '
               'F1 on {} questions'.format(model_dir, threshold.value, len(found['examples'])))
     with tempfile.TemporaryDirectory(prefix='ga-bench-qa') as folder:

@@ -16,6 +16,8 @@ from conftest import squad_file
 from gluon_attention._resources import default_model_dir
 from gluon_attention.models.checkpoint import write_checkpoint
 from gluon_attention.models.encoder import BertEncoder
+from gluon_attention.models.qa import ModelForQAConditional, QAInference
+from jobs.squad.folder import save_model_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / 'scripts' / 'run_squad.py'
@@ -25,7 +27,8 @@ LEGACY = ROOT / 'tests' / 'fixtures' / 'legacy_da7f4ab'
 
 
 def make_tiny_bert(folder, seed=0, num_layers=1):
-    """Write a random ``num_layers``-layer BERT (vocabulary of the embedded tokenizer) with its tokenizer."""
+    """Write a random ``num_layers``-layer BERT (vocabulary of the embedded tokenizer) with its
+    tokenizer."""
     pretrained = default_model_dir()
     vocab = json.loads((pretrained / 'config.json').read_text())['vocab_size']
     mx.random.seed(seed)
@@ -87,3 +90,19 @@ def copy_legacy(root):
 
 def read_json(path):
     return json.loads(Path(path).read_text(encoding='utf-8'))
+
+
+def make_tiny_qa_folder(folder, encoder_dir, trained_titles=()):
+    """A fine-tuned model folder of the tiny encoder: random heads, threshold 0.5, evaluation
+    lengths 64 / 16."""
+    mx.random.seed(1)
+    model = ModelForQAConditional(BertEncoder.from_pretrained(encoder_dir), units=16)
+    for head in (model.start_scores, model.end_scores, model.answerable_scores):
+        head.initialize(mx.init.Normal(0.5))
+    ids = mx.np.ones((1, 8), dtype='int32')            # a forward pass sizes the heads
+    QAInference(model, 5, 5)(ids, mx.np.zeros_like(ids), mx.np.array([8], dtype='int32'),
+                             mx.np.ones((1, 8)))
+    return save_model_folder(model, str(folder), encoder_dir, dict(
+        null_threshold=0.5, null_threshold_source='test', trained_titles=list(trained_titles),
+        head_units=16, head_dropout=0.0, eval_max_seq_length=64, max_query_length=16,
+        version_2_with_negative=True))

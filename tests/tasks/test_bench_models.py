@@ -20,14 +20,12 @@ import pytest
 
 from gluon_attention.core.matmul import bfloat16_problem
 from gluon_attention.data import squad
-from gluon_attention.models.qa import ModelForQAConditional, QAInference
-from gluon_attention.models.encoder import BertEncoder
+from gluon_attention.models.qa import QAInference
 from jobs.bench import models as bench_models, qa as bench_qa
 from gluon_attention.pipelines import load_qa_folder, load_qa_model
 from gluon_attention.pipelines.features import run_batches
-from jobs.squad.folder import save_model_folder
 
-from squad_tiny import ROOT, make_tiny_bert, script_module
+from squad_tiny import ROOT, make_tiny_bert, make_tiny_qa_folder, script_module
 
 KEYS = {'config', 'shape', 'mode', 'impl', 'median_s', 'gflops', 'ratio', 'peak_mb',
         'throughput', 'unit', 'answers_kept', 'f1'}
@@ -93,22 +91,6 @@ def test_qa_inference_rows_time_every_question_and_say_which_rows_are_left_out(
                            'rows: no interpreter with torch')
 
 
-def _tiny_model_folder(folder, encoder_dir, trained_titles=()):
-    """A fine-tuned model folder of the tiny encoder: random heads, threshold 0.5, evaluation
-    lengths 64 / 16."""
-    mx.random.seed(1)
-    model = ModelForQAConditional(BertEncoder.from_pretrained(encoder_dir), units=16)
-    for head in (model.start_scores, model.end_scores, model.answerable_scores):
-        head.initialize(mx.init.Normal(0.5))
-    ids = mx.np.ones((1, 8), dtype='int32')            # a forward pass sizes the heads
-    QAInference(model, 5, 5)(ids, mx.np.zeros_like(ids), mx.np.array([8], dtype='int32'),
-                             mx.np.ones((1, 8)))
-    return save_model_folder(model, str(folder), encoder_dir, dict(
-        null_threshold=0.5, null_threshold_source='test', trained_titles=list(trained_titles),
-        head_units=16, head_dropout=0.0, eval_max_seq_length=64, max_query_length=16,
-        version_2_with_negative=True))
-
-
 def _rows_and_printed(folder, torch_python, tmp_path):
     capture = tmp_path / 'printed.txt'
     with open(capture, 'w') as out, contextlib.redirect_stdout(out):
@@ -122,7 +104,7 @@ def tuned_rows(tiny_bert, tmp_path_factory):
     """qa_inference rows (by name) of the tiny fine-tuned folder without the peer, what they
     printed, and the folder."""
     pytest.importorskip('onnxruntime')
-    folder = _tiny_model_folder(tmp_path_factory.mktemp('tuned') / 'model', tiny_bert)
+    folder = make_tiny_qa_folder(tmp_path_factory.mktemp('tuned') / 'model', tiny_bert)
     return _rows_and_printed(folder, None, tmp_path_factory.mktemp('printed')) + (folder,)
 
 
