@@ -25,8 +25,13 @@ _UNITS = (('fused_attention.cc', ()),
           ('fused_rowwise.cc', ()),
           ('kernel_avx2.cc', ('-mavx2', '-mfma')),
           ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
-                                '-mfma')))
-_ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512'}
+                                '-mfma')),
+          # the bfloat16 forward pass on AMX tiles: run only where the CPU has them and Linux
+          # granted the tile state (ga_fused_amx_problem), chosen at every call
+          ('kernel_amx.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl',
+                             '-mavx512bf16', '-mamx-tile', '-mamx-bf16', '-mavx2', '-mfma')))
+_ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512',
+                  'kernel_amx.cc': 'ga_amx'}
 
 
 def library_path():

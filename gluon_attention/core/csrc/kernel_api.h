@@ -77,6 +77,9 @@ struct Kernels {
 
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+// The forward pass of one group (heads == 1, lq > kSmallRows) with bfloat16 products on AMX
+// tiles (kernel_amx.cc): only where amx_problem() is empty, never on another CPU.
+bool forward_amx_bf16(const Task& task, Workspace* ws);
 
 // The kernels chosen for this process (nullptr when none can run here) and the number of
 // worker threads (OMP_NUM_THREADS, else the hardware's); defined in fused_attention.cc.
