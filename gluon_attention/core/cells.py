@@ -62,10 +62,11 @@ class _BackendChoice:
         # a deprecated backend='auto' keeps its meaning: the fused kernel where it runs
         kernels = from_legacy(type(self).__name__, kernels, backend=backend)
         # not self._backend: HybridBlock.hybridize(backend=...) owns that name
-        self._attention_backend = kernels.resolve(attention_dropout=dropout,
-                                                  weights=backend is None).attention
+        resolved = kernels.resolve(attention_dropout=dropout, weights=backend is None)
+        self._attention_backend = resolved.attention
+        # matmul_dtype='bfloat16': the fused kernel's forward products on AMX tiles where granted
         self._attend = _backends._get_backend(  # pylint: disable=protected-access
-            self._attention_backend)
+            self._attention_backend, resolved.matmul_dtype)
 
     @property
     def backend(self):
@@ -237,6 +238,10 @@ class MultiHeadAttentionCell(_BackendChoice, Float32OnCPU):
         inside another block's graph), or ``'auto'``, resolved here, once, by
         :meth:`gluon_attention.Kernels.resolve` (a cell returns weights, so 'auto' is
         'composed'; an encoder hands its cells its resolved choice). :attr:`backend` tells.
+        With 'fused', ``matmul_dtype='bfloat16'`` runs the kernel's forward products in
+        bfloat16 on AMX tiles where this process can
+        (:func:`gluon_attention.core.fused.amx_problem` is None; float32 elsewhere); its
+        backward pass stays float32.
         Default ``Kernels()``.
     chunk_size : int
         Query rows per chunk of the ``'chunked'`` backend.
