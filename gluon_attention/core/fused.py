@@ -23,7 +23,12 @@ row-wise operators of :mod:`gluon_attention.core.fused_rowwise` (:data:`LIBRARY_
 them all). Loading the library and probing the CPU: :mod:`gluon_attention.core.fused_library`
 (re-exported here).
 
-Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
+bfloat16: ``matmul_dtype='bfloat16'`` (``Kernels(attention='fused', matmul_dtype='bfloat16')``)
+runs the forward pass's two products in bfloat16 on AMX tiles with float32 accumulation and a
+float32 softmax, where :func:`amx_problem` is None (the CPU has AMX-BF16 and Linux granted this
+process the tile state); the float32 kernel elsewhere. The backward pass is always float32.
+
+Limits: CPU only, float32 inputs and outputs only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
 composed path. Precision: the backward pass rebuilds the weights as exp(score - log-sum-exp),
 so with scores of magnitude S the gradients carry a relative error of about S * 6e-8 (float32
