@@ -64,9 +64,14 @@ class _BackendChoice:
         # not self._backend: HybridBlock.hybridize(backend=...) owns that name
         resolved = kernels.resolve(attention_dropout=dropout, weights=backend is None)
         self._attention_backend = resolved.attention
-        # matmul_dtype='bfloat16': the fused kernel's forward products on AMX tiles where granted
+        self._set_attention_matmul_dtype(resolved.matmul_dtype)
+
+    def _set_attention_matmul_dtype(self, matmul_dtype):
+        """The dtype of the fused kernel's forward products ('bfloat16': on AMX tiles where
+        granted); :func:`gluon_attention.core.matmul.set_matmul_dtype` changes it with the
+        dense products'."""
         self._attend = _backends._get_backend(  # pylint: disable=protected-access
-            self._attention_backend, resolved.matmul_dtype)
+            self._attention_backend, matmul_dtype)
 
     @property
     def backend(self):

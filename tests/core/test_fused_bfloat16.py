@@ -26,6 +26,7 @@ from mxnet import autograd, np
 import reference as ref
 from gluon_attention import Kernels, MultiHeadAttentionCell
 from gluon_attention.core import fused
+from gluon_attention.core.matmul import set_matmul_dtype
 from test_fused import lengths_for, make_inputs
 from test_matmul import to_bf16
 
@@ -109,7 +110,8 @@ def test_bfloat16_masked_weights_exactly_zero_and_empty_rows_zero():
 def test_bfloat16_cell_runs_the_tiles_and_float32_backward():
     """Kernels(attention='fused', matmul_dtype='bfloat16') reaches the kernel (hybridized: the
     same numbers as the function); the gradients come from the float32 backward pass on this
-    forward pass's saved statistics: within bfloat16-sized errors of the float64 oracle."""
+    forward pass's saved statistics: within bfloat16-sized errors of the float64 oracle;
+    set_matmul_dtype(cell, 'float32') brings back the float32 kernel's numbers exactly."""
     rng = onp.random.RandomState(3)
     q, key, v = (x.astype('float32') for x in make_inputs(rng, 'NTK', 2, 3, 45, 60, 16, 16))
     lengths = onp.array([60, 23])
@@ -124,6 +126,10 @@ def test_bfloat16_cell_runs_the_tiles_and_float32_backward():
         ctx = cell(*arrays, None, None, np.array(lengths))[0]
         (ctx * np.array(head, dtype='float32')).sum().backward()
     assert (ctx.asnumpy() == run(q, key, v, lengths, 'NTK', 'bfloat16')).all()
+    # set_matmul_dtype switches the attention with the dense products (no dense block here)
+    assert set_matmul_dtype(cell, 'float32') == 0
+    float32 = cell(*arrays, None, None, np.array(lengths))[0].asnumpy()
+    assert (float32 == run(q, key, v, lengths, 'NTK')).all()
     mask = ref.key_mask_from_valid_length(lengths, 45, 60)
     grads = ref.multi_head_dot_attn_vjp(q, key, v, head, mask=mask, layout='NTK')[:3]
     for name, x, want in zip('qkv', arrays, grads):

@@ -100,13 +100,13 @@ bool tile_permission() {
 }
 
 const char* amx_problem() {
-  const ga::Kernels* kern = ga::chosen_kernels();
-  if (!kern || std::strcmp(kern->name, "avx512") != 0)
-    return "the AVX-512 kernels are not in use (GA_FUSED_ISA or the CPU)";
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
       !__builtin_cpu_supports("avx512bf16"))
     return "this CPU has no AMX-BF16 (amx-tile, amx-bf16 and avx512bf16 are needed)";
+  const ga::Kernels* kern = ga::chosen_kernels();
+  if (!kern || std::strcmp(kern->name, "avx512") != 0)
+    return "the AVX-512 kernels are not in use (GA_FUSED_ISA=avx2)";
   const char* opt = std::getenv("GA_AMX");
   if (opt && std::string(opt) == "0") return "AMX is off: GA_AMX=0";
   if (!tile_permission())
