@@ -100,6 +100,8 @@ bool tile_permission() {
 }
 
 const char* amx_problem() {
+  if (!ga::amx_compiled())
+    return "the kernel library was built by a compiler without AMX (gcc 11 or later has it)";
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
       !__builtin_cpu_supports("avx512bf16"))

@@ -15,11 +15,16 @@
 // keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax a row at a time
 // (scores stored row-major: keys along the vectors), then O += P V by 2 x 2 tiles (32 queries x
 // 32 channels), O kept in float32 in the panel's buffer between key blocks.
+//
+// A compiler without these instruction sets (gcc before 11) builds this file without the flags
+// (fused_build.py retries so): then only the stubs at the end are compiled, ga::amx_compiled()
+// is false and the operator never chooses this path.
+#include "kernel_api.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
-
-#include "kernel_api.h"
 
 namespace ga_amx {
 
@@ -316,3 +321,8 @@ bool forward(const Task& t, Workspace* ws) {
 }  // namespace ga_amx
 
 bool ga::forward_amx_bf16(const Task& task, Workspace* ws) { return ga_amx::forward(task, ws); }
+bool ga::amx_compiled() { return true; }
+#else
+bool ga::forward_amx_bf16(const Task&, Workspace*) { return false; }
+bool ga::amx_compiled() { return false; }
+#endif
