@@ -263,9 +263,11 @@ void finish_panel(const Task& t, const Buffers& b, int i0, int nq) {
   for (int i = 0; i < nq; ++i) {
     float* out = t.ctx + (i0 + i) * t.cs;
     if (b.l[i] > 0.0f) {
-      const float inv = 1.0f / b.l[i];
+      const vf inv = vset(1.0f / b.l[i]);
       const float* o = b.o + static_cast<long>(i) * b.cvp;
-      for (int c = 0; c < t.cv; ++c) out[c] = o[c] * inv;
+      int c = 0;
+      for (; c + W <= t.cv; c += W) vst(out + c, vmul(vld(o + c), inv));
+      if (c < t.cv) vst_n(out + c, vmul(vld(o + c), inv), t.cv - c);
       t.lse[i0 + i] = (b.m[i] + log2f(b.l[i])) * kLn2;
     } else {
       memset(out, 0, t.cv * sizeof(float));
