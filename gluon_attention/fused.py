@@ -6,10 +6,10 @@ that path (and ``available()``) working.
 from ._deprecated import module_getattr
 from .core import fused as _fused
 from .core.fused import (OP_NAME, available, build, library_path, load, load_error, isa,
-                         cpu_features)
+                         cpu_features, amx_problem)
 
 __all__ = ['OP_NAME', 'available', 'build', 'library_path', 'load', 'load_error', 'isa',
-           'cpu_features']
+           'cpu_features', 'amx_problem']
 
 __getattr__ = module_getattr(__name__, {
     'fused_dot_attn': ("gluon_attention.attention(..., backend='fused')",

@@ -242,6 +242,7 @@ def versions(args, torch_peer):
     from gluon_attention import hardware
     from gluon_attention.hardware import amx_in_use
     info['amx'], info['amx_reason'] = amx_in_use(), hardware(verify=False).reason
+    info['fused_amx'] = fused.amx_problem() or 'AMX tiles'
     try:
         import gluonnlp
         info['gluonnlp'] = gluonnlp.__version__
@@ -263,6 +264,7 @@ def markdown(rows, info, limit):
              'AMX {} for the bfloat16 rows ({}).'.format('used' if info['amx'] else 'not used',
                                                          info['amx_reason'])
              + torch_amx_sentence(info),
+             'Fused bfloat16 rows (forward products): {}.'.format(info.get('fused_amx', '-')),
              'GEMM limit (oneDNN fully_connected 4096^2): {:.0f} GFLOP/s. Ratios: peer time / '
              'this row\'s time (> 1 = this row is faster).'.format(limit), '',
              '| config | mode | implementation | median ms | GFLOP/s | % of GEMM limit | '

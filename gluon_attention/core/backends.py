@@ -42,6 +42,8 @@ backend=name)``), ``attend_in_chunks`` (``attention(..., backend='chunked')``),
 
 Glossary: B batch, K heads, L_q query length, L_m memory length, C_k / C_v per-head sizes.
 """
+import functools
+
 import mxnet as mx
 
 from .. import _checks
@@ -71,9 +73,14 @@ def _resolve_backend(backend, attention_dropout=0.0, ctx=None):
     return backend
 
 
-def _get_backend(name):
-    """The function of backend ``name`` (one of :data:`BACKENDS`); ValueError otherwise."""
-    return _IMPLEMENTATIONS[_checks.check_choice('backend', name, BACKENDS)]
+def _get_backend(name, matmul_dtype='float32'):
+    """The function of backend ``name`` (one of :data:`BACKENDS`); ValueError otherwise.
+    ``matmul_dtype='bfloat16'`` binds it into the 'fused' backend (its forward pass on AMX
+    tiles where they can run, see :func:`_fused_backend`); the other backends ignore it."""
+    function = _IMPLEMENTATIONS[_checks.check_choice('backend', name, BACKENDS)]
+    if name == 'fused' and matmul_dtype != 'float32':
+        return functools.partial(function, matmul_dtype=matmul_dtype)
+    return function
 
 
 def _refuse(backend, what, alternative, **received):
@@ -138,9 +145,10 @@ def _composed(query, key, value, mask=None, edge_scores=None, valid_length=None,
 @_checks.validated_by(_checker('fused'))
 def _fused_backend(query, key, value, mask=None, edge_scores=None, valid_length=None, dropout=0.0,
                scaled=True, normalized=False, eps=1e-6, query_head_units=None, layout='NKT',
-               use_einsum=False, chunk_size=512):
+               use_einsum=False, chunk_size=512, matmul_dtype='float32'):
     """The ``'fused'`` backend: ``(context, None)`` by the kernel of
-    :mod:`gluon_attention.core.fused` (``normalized`` L2-normalises query and
+    :mod:`gluon_attention.core.fused` (``matmul_dtype`` as there: 'bfloat16' runs the forward
+    pass's products on AMX tiles where they can run; ``normalized`` L2-normalises query and
     key first). Inside a graph without ``query_head_units`` the scale 1/sqrt(C_k) is read from
     the query's shape and folded into it. Refuses what the module docstring lists (a ``mask``,
     ``edge_scores``, ``dropout``; off-CPU or non-float32 arrays); ``use_einsum`` and
@@ -153,7 +161,7 @@ def _fused_backend(query, key, value, mask=None, edge_scores=None, valid_length=
         query, scaled = query * inverse_sqrt_units(query), False
     return _fused._fused_dot_attn(  # pylint: disable=protected-access
         query, key, value, valid_length, scaled=scaled, query_head_units=query_head_units,
-        layout=layout), None
+        layout=layout, matmul_dtype=matmul_dtype), None
 
 
 @_checks.validated_by(_checker('chunked'))

@@ -62,10 +62,16 @@ class _BackendChoice:
         # a deprecated backend='auto' keeps its meaning: the fused kernel where it runs
         kernels = from_legacy(type(self).__name__, kernels, backend=backend)
         # not self._backend: HybridBlock.hybridize(backend=...) owns that name
-        self._attention_backend = kernels.resolve(attention_dropout=dropout,
-                                                  weights=backend is None).attention
+        resolved = kernels.resolve(attention_dropout=dropout, weights=backend is None)
+        self._attention_backend = resolved.attention
+        self._set_attention_matmul_dtype(resolved.matmul_dtype)
+
+    def _set_attention_matmul_dtype(self, matmul_dtype):
+        """The dtype of the fused kernel's forward products ('bfloat16': on AMX tiles where
+        granted); :func:`gluon_attention.core.matmul.set_matmul_dtype` changes it with the
+        dense products'."""
         self._attend = _backends._get_backend(  # pylint: disable=protected-access
-            self._attention_backend)
+            self._attention_backend, matmul_dtype)
 
     @property
     def backend(self):
@@ -237,6 +243,10 @@ class MultiHeadAttentionCell(_BackendChoice, Float32OnCPU):
         inside another block's graph), or ``'auto'``, resolved here, once, by
         :meth:`gluon_attention.Kernels.resolve` (a cell returns weights, so 'auto' is
         'composed'; an encoder hands its cells its resolved choice). :attr:`backend` tells.
+        With 'fused', ``matmul_dtype='bfloat16'`` runs the kernel's forward products in
+        bfloat16 on AMX tiles where this process can
+        (:func:`gluon_attention.core.fused.amx_problem` is None; float32 elsewhere); its
+        backward pass stays float32.
         Default ``Kernels()``.
     chunk_size : int
         Query rows per chunk of the ``'chunked'`` backend.

@@ -23,7 +23,12 @@ row-wise operators of :mod:`gluon_attention.core.fused_rowwise` (:data:`LIBRARY_
 them all). Loading the library and probing the CPU: :mod:`gluon_attention.core.fused_library`
 (re-exported here).
 
-Limits: CPU only, float32 only, no dropout on the weights, key-padding lengths only (no general
+bfloat16: ``matmul_dtype='bfloat16'`` (``Kernels(attention='fused', matmul_dtype='bfloat16')``)
+runs the forward pass's two products in bfloat16 on AMX tiles with float32 accumulation and a
+float32 softmax, where :func:`amx_problem` is None (the CPU has AMX-BF16 and Linux granted this
+process the tile state); the float32 kernel elsewhere. The backward pass is always float32.
+
+Limits: CPU only, float32 inputs and outputs only, no dropout on the weights, key-padding lengths only (no general
 mask, no edge scores); weights and raw scores are not returned. Everything else uses the
 composed path. Precision: the backward pass rebuilds the weights as exp(score - log-sum-exp),
 so with scores of magnitude S the gradients carry a relative error of about S * 6e-8 (float32
@@ -47,12 +52,15 @@ from . import layout as _layout
 from ._ops import get_F
 from .fused_build import build, library_path
 from .fused_library import (ISA_ENV, LIBRARY_OPS, OP_NAME, _isa_problem,  # noqa: F401
-                            available, cpu_features, isa, load, load_error, refuse_off_cpu,
-                            runs_on)
+                            amx_problem, available, cpu_features, isa, load, load_error,
+                            refuse_off_cpu, runs_on)
 
 __all__ = ['available', 'runs_on', 'library_path', 'build', 'load', 'load_error',
-           'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features', 'OP_NAME',
-           'LIBRARY_OPS']
+           'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features', 'amx_problem',
+           'OP_NAME', 'LIBRARY_OPS', 'MATMUL_DTYPES']
+
+#: The ``matmul_dtype`` choices of the kernel's two products.
+MATMUL_DTYPES = ('float32', 'bfloat16')
 
 
 def _resolve(option, attention_dropout=0.0, ctx=None):
@@ -64,10 +72,11 @@ def _resolve(option, attention_dropout=0.0, ctx=None):
 
 
 def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
-                       query_head_units=None, layout='NKT', **_):
+                       query_head_units=None, layout='NKT', matmul_dtype='float32', **_):
     """The argument checks of :func:`_fused_dot_attn` (a fused ``MultiHeadAttentionCell`` runs
     them on its arrays too); nothing that needs values runs on symbols."""
     _checks.check_bool('scaled', scaled)
+    _checks.check_choice('matmul_dtype', matmul_dtype, MATMUL_DTYPES)
     _checks.check_positive_int('query_head_units', query_head_units, allow_none=True)
     _layout.check_per_head_inputs(query, key, value, layout, valid_length=valid_length,
                                   query_head_units=query_head_units, scaled=scaled)
@@ -88,7 +97,7 @@ def check_fused_inputs(query, key, value, valid_length=None, scaled=True,
 
 @_checks.validated_by(check_fused_inputs)
 def _fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_head_units=None,
-                   layout='NKT'):
+                   layout='NKT', matmul_dtype='float32'):
     """Multi-head scaled dot-product attention in one fused kernel; returns the context only.
 
     The same numbers as ``multi_head_dot_attn(query, key, value, valid_length=valid_length,
@@ -111,6 +120,15 @@ def _fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_hea
     query_head_units : int or None
         C_k for the scale; needed inside a graph only if C_k is not the query's last dimension.
     layout : {'NKT', 'NTK', 'TNK'}
+    matmul_dtype : {'float32', 'bfloat16'}
+        'bfloat16': the forward pass rounds query, key and value to bfloat16 and runs its two
+        products (Q K^T, then the weights, rounded to bfloat16, times V) on AMX tiles with
+        float32 accumulation, the softmax in float32, where :func:`amx_problem` is None; the
+        float32 kernel elsewhere and for at most 4 query rows. Same masking (masked weights
+        exactly 0, rows of length 0 zero); each context entry within about 2^-8 of the
+        weighted sum of the value's magnitudes (the weights' rounding) of the float64 result
+        on bfloat16-rounded inputs. The backward pass is the float32 kernel's, from the saved
+        log-sum-exp and context of this forward pass.
 
     Returns
     -------
@@ -140,8 +158,9 @@ def _fused_dot_attn(query, key, value, valid_length=None, scaled=True, query_hea
     inputs = [query.as_nd_ndarray(), key.as_nd_ndarray(), value.as_nd_ndarray()]
     if valid_length is not None:          # (B,) or (B, L_q), read by the kernel as float32
         inputs.append(valid_length.astype('float32').as_nd_ndarray())
+    attrs = {'matmul_dtype': matmul_dtype} if matmul_dtype != 'float32' else {}
     out = getattr(F, OP_NAME)(*inputs, layout=layout, scale=repr(float(scale)),
-                              with_length=int(valid_length is not None))
+                              with_length=int(valid_length is not None), **attrs)
     return out[0].as_np_ndarray()
 
 

@@ -25,8 +25,16 @@ _UNITS = (('fused_attention.cc', ()),
           ('fused_rowwise.cc', ()),
           ('kernel_avx2.cc', ('-mavx2', '-mfma')),
           ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
-                                '-mfma')))
-_ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512'}
+                                '-mfma')),
+          # the bfloat16 forward pass on AMX tiles: run only where the CPU has them and Linux
+          # granted the tile state (ga_fused_amx_problem), chosen at every call
+          ('kernel_amx.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl',
+                             '-mavx512bf16', '-mamx-tile', '-mamx-bf16', '-mavx2', '-mfma')))
+_ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512',
+                  'kernel_amx.cc': 'ga_amx'}
+# Instruction sets a compiler may not know (gcc before 11: AMX): a unit that fails with them is
+# compiled again without them, and then builds only stubs that the operator never chooses.
+_OPTIONAL_FLAGS = {'kernel_amx.cc': ('-mavx512bf16', '-mamx-tile', '-mamx-bf16')}
 
 
 def library_path():
@@ -68,12 +76,24 @@ def _compile_all(compiler, include, lib_api, workdir):
         objects.append(obj)
         if len(running) == 2 or i == len(jobs) - 1:
             for cmd_done, proc in running:
-                _, err = proc.communicate()
-                if proc.returncode:
-                    raise RuntimeError('building the fused attention kernel failed:\n{}\n{}'
-                                       .format(' '.join(cmd_done), err[-4000:]))
+                _finish(cmd_done, proc)
             running = []
     return objects
+
+
+def _finish(cmd, proc):
+    """Wait for the compile ``cmd`` (``[..., source, '-o', object]``) run by ``proc``; a unit of
+    ``_OPTIONAL_FLAGS`` that fails is compiled again without those flags. Raises RuntimeError
+    when the (last) compile fails."""
+    _, err = proc.communicate()
+    returncode, optional = proc.returncode, _OPTIONAL_FLAGS.get(os.path.basename(cmd[-3]), ())
+    if returncode and optional:
+        cmd = [arg for arg in cmd if arg not in optional]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        returncode, err = done.returncode, done.stderr
+    if returncode:
+        raise RuntimeError('building the fused attention kernel failed:\n{}\n{}'.format(
+            ' '.join(cmd), err[-4000:]))
 
 
 def _check_isa_object(obj, namespace):

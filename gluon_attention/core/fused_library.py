@@ -12,7 +12,7 @@ from .. import _checks
 from .fused_build import library_path
 
 __all__ = ['OP_NAME', 'LIBRARY_OPS', 'ISA_ENV', 'load', 'isa', 'cpu_features', 'load_error',
-           'available', 'runs_on', 'refuse_off_cpu']
+           'available', 'runs_on', 'refuse_off_cpu', 'amx_problem']
 
 OP_NAME = 'ga_fused_attention'
 # Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
@@ -87,6 +87,21 @@ def cpu_features():
     """The instruction sets relevant to the kernel that this CPU has (avx2, fma, avx512f, ...,
     amx-tile), as the loaded library found them; None when it is not loadable."""
     return _STATE['features'] if load() else None
+
+
+def amx_problem():
+    """Why the fused kernel's bfloat16 forward pass (``matmul_dtype='bfloat16'``) cannot run on
+    AMX tiles in this process, one sentence; None when it can. It needs the AVX-512 kernels
+    (not ``GA_FUSED_ISA=avx2``), a CPU with AMX-TILE, AMX-BF16 and AVX512-BF16, ``GA_AMX`` not
+    0 and Linux's tile permission for this process (asked for by
+    :func:`gluon_attention.hardware.setup` at import). Asked of the loaded library at every
+    call (the permission may come later); where it is not None the operator runs its float32
+    forward pass instead."""
+    if not load():
+        return load_error()
+    lib = ctypes.CDLL(str(library_path()))
+    lib.ga_fused_amx_problem.restype = ctypes.c_char_p
+    return lib.ga_fused_amx_problem().decode() or None
 
 
 def load_error():

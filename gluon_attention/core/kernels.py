@@ -10,7 +10,8 @@ built (as Flax hands ``attention_fn`` and ``dtype`` to a module).
   :mod:`gluon_attention.core.fused_rowwise` (``'fused'``: CPU, float32), as MXNet's own
   operators (``'composed'``) or ``'auto'``.
 - ``matmul_dtype``: ``'float32'`` or ``'bfloat16'`` products (:mod:`gluon_attention.core.matmul`;
-  CPU only, on an MXNet build and CPU that run them).
+  CPU only, on an MXNet build and CPU that run them); with ``attention='fused'`` also the
+  kernel's forward products, on AMX tiles where granted.
 
 :meth:`Kernels.resolve` is the one place where ``'auto'`` becomes a choice and where a choice
 this process cannot serve is refused, each message naming the argument the user gave; it runs
@@ -56,7 +57,11 @@ class Kernels(collections.namedtuple('Kernels', ('attention', 'rowwise', 'matmul
         Residual + LayerNorm and bias + GELU as one fused operator each. 'auto' resolves to
         'fused' when the kernel library is loadable and every context is a CPU.
     matmul_dtype : {'float32', 'bfloat16'}
-        The dtype of the encoders' dense products (float32 accumulation and parameters).
+        The dtype of the encoders' dense products (float32 accumulation and parameters), and,
+        with ``attention='fused'``, of the fused kernel's two forward products on AMX tiles
+        where this process can run them (:func:`gluon_attention.core.fused.amx_problem` is
+        None; the float32 kernel elsewhere, so float32 is the only choice whose results do not
+        depend on the CPU). The fused kernel's backward pass stays float32.
 
     Raises
     ------

@@ -208,17 +208,21 @@ class Dense(MatmulChoice, nn.Dense):
 
 def set_matmul_dtype(block, matmul_dtype):
     """Set ``matmul_dtype`` on every dense block under ``block`` (itself included) that has one,
-    and clear the cached graphs so that the next call rebuilds them; returns how many blocks
+    and on the attention blocks (the fused kernel's forward products; not counted), and clear
+    the cached graphs so that the next call rebuilds them; returns how many dense blocks
     changed. Raises ValueError for an unknown choice."""
     matmul_dtype = check_matmul_dtype(matmul_dtype)
-    changed = []
+    changed, attention = [], []
 
     def visit(child):
         if isinstance(child, MatmulChoice) and child.matmul_dtype != matmul_dtype:
             child._matmul_dtype = matmul_dtype  # pylint: disable=protected-access
             changed.append(child)
+        elif hasattr(child, '_set_attention_matmul_dtype'):    # cells.py's attention blocks
+            child._set_attention_matmul_dtype(matmul_dtype)  # pylint: disable=protected-access
+            attention.append(child)
     block.apply(visit)
-    if changed:
+    if changed or attention:
         block.apply(lambda b: b._clear_cached_op()  # pylint: disable=protected-access
                     if isinstance(b, HybridBlock) else None)
     return len(changed)

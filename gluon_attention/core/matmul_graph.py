@@ -4,7 +4,10 @@
 node reads a bfloat16 input (an ``amp_cast`` inserted before it), bfloat16 weight and bias, and
 hands a float32 result on (an ``amp_cast`` after it): oneDNN multiplies bfloat16 operands with
 float32 accumulation, on AMX tiles where :mod:`gluon_attention.hardware` granted them. Every
-other operator (LayerNorm, GELU, softmax, attention, the heads) keeps its float32 inputs. The
+other operator (LayerNorm, GELU, softmax, attention, the heads) keeps its float32 inputs; the
+fused attention nodes get ``matmul_dtype='bfloat16'`` (their forward products on AMX tiles where
+:func:`gluon_attention.core.fused.amx_problem` is None, as the encoders'
+``matmul_dtype='bfloat16'`` runs them). The
 weights and biases read only by those products become bfloat16 parameters, cast once when the
 graph is built, so that no call casts them again (``matmul_dtype='bfloat16'`` of
 :mod:`gluon_attention.core.matmul`, built for training, casts the float32 parameters on every
@@ -52,6 +55,8 @@ def _rewrite(graph):
         node = dict(node, inputs=[where[(s, o)] + [v] for s, o, v in node['inputs']])
         if old_id in cast_params:
             node['attrs'] = dict(node.get('attrs', {}), __dtype__=_MX_BFLOAT16)
+        if node['op'] == _fused.OP_NAME:
+            node['attrs'] = dict(node.get('attrs', {}), matmul_dtype='bfloat16')
         if node['op'] == _PRODUCT:
             sources = [s for s, _, _ in nodes[old_id]['inputs']]
             for slot, source in enumerate(sources):

@@ -172,8 +172,10 @@ class TransformerEncoderLayer(_KernelChoice, Float32OnCPU):
         float32, no attention dropout, ``valid_length`` only, no ``mask``), ``rowwise`` for
         each residual sum + LayerNorm and ``ffn_1``'s bias + GELU (the same parameters),
         ``matmul_dtype`` for the six dense products (operands and results rounded to bfloat16,
-        float32 accumulation and parameters; CPU only; everything else runs in float32).
-        Fixed when the layer is built. Default ``Kernels()``.
+        float32 accumulation and parameters; CPU only), and, with ``attention='fused'``, for
+        the attention kernel's forward products on AMX tiles where this process can
+        (:func:`gluon_attention.core.fused.amx_problem`; its backward pass stays float32);
+        everything else runs in float32. Fixed when the layer is built. Default ``Kernels()``.
     fused_attention, fused_rowwise, matmul_dtype
         Deprecated (DeprecationWarning): the fields of ``kernels`` (True is 'fused', False
         'composed').

@@ -17,6 +17,7 @@ from gluon_attention.core.backends import attention
 from gluon_attention.core.cells import MultiHeadAttentionCell
 from gluon_attention.core.functional import multi_head_dot_attn
 from gluon_attention.core.kernels import Kernels
+from gluon_attention.core.matmul import bfloat16_problem
 
 __all__ = ['CONFIGS', 'LONG_CONFIGS', 'attention_gflop', 'make_inputs', 'factories',
            'implementations',
@@ -68,7 +69,8 @@ def _run(func, inputs, mode):
     mx.nd.waitall()
 
 
-def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_kernel=False):
+def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_kernel=False,
+          matmul_dtype='float32'):
     q, k, v, lengths = make_inputs(config)
     perm = {'NKT': (0, 1, 2, 3), 'NTK': (0, 2, 1, 3), 'TNK': (2, 0, 1, 3)}[layout or 'NKT']
     q, k, v = (np.array(x.transpose(perm).copy()) for x in (q, k, v))
@@ -83,8 +85,8 @@ def _ours(config, mode, layout=None, chunked=False, lengths_input=False, fused_k
     if layout is None:
         return lambda: _run(lambda *t: multi_head_dot_attn(*t, mask)[0], (q, k, v), mode)
     heads, units = CONFIGS[config][1], CONFIGS[config][1] * CONFIGS[config][4]
-    cell = MultiHeadAttentionCell(units, heads, layout=layout,
-                                  kernels=Kernels('fused' if fused_kernel else 'composed'))
+    cell = MultiHeadAttentionCell(units, heads, layout=layout, kernels=Kernels(
+        'fused' if fused_kernel else 'composed', matmul_dtype=matmul_dtype))
     cell.hybridize(static_alloc=True, static_shape=True)
     if lengths_input or fused_kernel:    # the same key padding given as (B,) valid lengths
         vl = np.array(lengths, dtype='int32')
@@ -162,6 +164,9 @@ def factories(config, mode, gluonnlp=True):
         for layout in ('NKT',) if long else ('NKT', 'NTK', 'TNK'):
             made['ours_fused_' + layout] = lambda layout=layout: _ours(
                 config, mode, layout, fused_kernel=True)
+        if bfloat16_problem() is None:   # forward on AMX tiles where fused.amx_problem() is None
+            made['ours_fused_bfloat16_NKT'] = lambda: _ours(
+                config, mode, 'NKT', fused_kernel=True, matmul_dtype='bfloat16')
     if long:
         made['ours_chunked%d' % CHUNK_SIZE] = lambda: _ours(config, mode, chunked=True)
     if gluonnlp:

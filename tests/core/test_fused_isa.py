@@ -193,3 +193,30 @@ def test_build_rejects_code_shared_between_instruction_sets(tmp_path):
     with pytest.raises(RuntimeError, match='shares code with the other instruction sets'):
         fused_build._check_isa_object(str(shared) + '.o', 'ga_avx512')
     fused_build._check_isa_object(str(own) + '.o', 'ga_avx512')
+
+
+def test_build_retries_amx_unit_without_its_flags(tmp_path):
+    """A compiler that refuses the AMX flags (gcc before 11) still builds the library: the AMX
+    unit is compiled again without them; any other unit's failure raises."""
+    refuse = 'import sys; sys.exit("-mamx-tile" in sys.argv)'
+    for name, fails in (('kernel_amx.cc', False), ('kernel_avx512.cc', True)):
+        cmd = [sys.executable, '-c', refuse, '-mamx-tile', '-mamx-bf16', str(tmp_path / name),
+               '-o', str(tmp_path / 'out.o')]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if fails:
+            with pytest.raises(RuntimeError, match='building the fused attention kernel failed'):
+                fused_build._finish(cmd, proc)
+        else:
+            fused_build._finish(cmd, proc)
+
+
+@pytest.mark.skipif(not (shutil.which('nm') and shutil.which('g++')), reason='needs g++, nm')
+def test_amx_unit_without_amx_flags_builds_stubs_only(tmp_path):
+    """Compiled without -mamx-* (what the retry does), kernel_amx.cc defines the two entry
+    points as stubs (amx_compiled() false: never chosen) and contains no tile instruction."""
+    obj = tmp_path / 'amx.o'
+    subprocess.run(['g++', '-c', '-O1', '-std=c++17', '-I', str(fused_build._CSRC),
+                    str(fused_build._CSRC / 'kernel_amx.cc'), '-o', str(obj)], check=True)
+    symbols = subprocess.run(['nm', '-C', str(obj)], capture_output=True, text=True).stdout
+    assert 'ga::amx_compiled()' in symbols and 'ga::forward_amx_bf16' in symbols
+    assert 'ga_amx::' not in symbols

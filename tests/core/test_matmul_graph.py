@@ -2,8 +2,8 @@
 rewritten so that its products run in bfloat16 returns what the same encoder with
 matmul_dtype='bfloat16' returns (the training path, itself checked against a NumPy bfloat16
 oracle in test_matmul.py), within float32 rounding; its product weights are bfloat16 parameters
-(cast once), every other parameter float32; the rewrite leaves other operators alone; bad
-graphs are refused."""
+(cast once), every other parameter float32; the rewrite leaves other operators alone, but for
+the fused attention's matmul_dtype attribute; bad graphs are refused."""
 import json
 
 import mxnet as mx
@@ -70,6 +70,10 @@ def test_only_product_weights_become_bfloat16(exported):
     old_ops = sorted(n['op'] for n in json.loads(symbol_json)['nodes'])
     new_ops = sorted(n['op'] for n in nodes)
     assert new_ops == sorted(old_ops + ['amp_cast'] * (12 * 2))  # one cast in, one out each
+    # the fused attention's forward products follow (as the encoders' matmul_dtype does)
+    attention = [n for n in nodes if n['op'] == 'ga_fused_attention']
+    assert len(attention) == 2 and all(
+        n['attrs'].get('matmul_dtype') == 'bfloat16' for n in attention)
 
 
 @pytest.mark.parametrize('text, fragment', [

@@ -20,6 +20,7 @@ from gluon_attention.data.squad_decode import best_span, decode_predictions
 from gluon_attention.compat.attend import dot, fill_context_mask, mask3d
 from gluon_attention.core.functional import (dot_attn_score, l2_normalize,
                                              select_vectors_by_position)
+from gluon_attention.core import fused
 from gluon_attention.core.matmul import require_matmul_dtype
 from gluon_attention.export import export_and_check, export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
@@ -393,6 +394,9 @@ BAD = [
      ["backend must be one of", "backend='flash'"]),
     ('attention-backend-auto', lambda: ga.attention(Q4, K4, V4, backend='auto'), ValueError,
      ["backend must be one of 'composed', 'fused', 'chunked'", "backend='auto'"]),
+    ('fused_dot_attn-matmul_dtype-float16',
+     lambda: fused._fused_dot_attn(Q4, K4, V4, matmul_dtype='float16'), ValueError,
+     ["matmul_dtype must be one of 'float32', 'bfloat16'", "matmul_dtype='float16'"]),
     ('AdditiveAttention-attention-fused',
      lambda: ga.AdditiveAttention(4, kernels=ga.Kernels('fused')), ValueError,
      ["this block runs attention 'composed'", "attention='fused'"]),

@@ -6,6 +6,7 @@ from mxnet import np
 
 from gluon_attention import multi_head_dot_attn
 from gluon_attention.core import fused
+from gluon_attention.core.matmul import bfloat16_problem
 from jobs.bench import attention as bench
 
 
@@ -22,6 +23,8 @@ def test_every_implementation_runs(tiny, mode):
                 'gluonnlp_dot', 'batch_dot_ceiling', 'gemm_softmax_floor'}
     if fused.available():
         expected |= {'ours_fused_NKT', 'ours_fused_TNK'}
+        if bfloat16_problem() is None:
+            expected.add('ours_fused_bfloat16_NKT')
     assert expected <= set(impls)
     medians = bench.interleaved_medians(impls, repeats=1, warmup=0)
     assert set(medians) == set(impls) and all(t > 0 for t in medians.values())

@@ -11,7 +11,11 @@
 //            and, when with_length=1 (the default), length (B,) or (B, L_q) float32: query row
 //            i of sequence b attends keys j < length[b] (or length[b, i]), clipped to
 //            [0, L_m]; 0 gives a zero context row and zero gradients. Without it every key.
-//   attrs  : layout, scale (multiplies the scores before the softmax), with_length (0 or 1).
+//   attrs  : layout, scale (multiplies the scores before the softmax), with_length (0 or 1),
+//            matmul_dtype (float32, the default, or bfloat16: the forward pass runs its two
+//            products in bfloat16 on AMX tiles (kernel_amx.cc) where ga_fused_amx_problem() is
+//            empty, the float32 kernels elsewhere and for at most kSmallRows query rows; the
+//            backward pass is always the float32 kernels').
 //   outputs: context (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK (head-major merge),
 //            lse (B, K, L_q) float32, the log-sum-exp of each row's scaled scores (-inf for an
 //            empty row).
@@ -26,6 +30,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "kernel_api.h"
 #include "mxnet/lib_api.h"
@@ -73,6 +80,49 @@ const ga::Kernels* choose_kernels() {
   return nullptr;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The AMX bfloat16 forward pass: why it cannot run in this process ("" when it can). It needs
+// the AVX-512 kernels chosen (not GA_FUSED_ISA=avx2), a CPU with AMX-TILE, AMX-BF16 and
+// AVX512-BF16, GA_AMX not 0, and Linux's tile permission for this process (asked for by
+// gluon_attention.hardware at import; arch_prctl ARCH_GET_XCOMP_PERM, bit XFEATURE_XTILEDATA,
+// reads it without asking). A granted permission stays granted: only that answer is kept.
+constexpr long kArchGetXcompPerm = 0x1022;
+constexpr int kXfeatureXtiledata = 18;
+
+bool tile_permission() {
+  static std::atomic<bool> granted(false);
+  if (granted) return true;
+  unsigned long features = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &features) != 0) return false;
+  if (!((features >> kXfeatureXtiledata) & 1UL)) return false;
+  granted = true;
+  return true;
+}
+
+const char* amx_problem() {
+  if (!ga::amx_compiled())
+    return "the kernel library was built by a compiler without AMX (gcc 11 or later has it)";
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
+      !__builtin_cpu_supports("avx512bf16"))
+    return "this CPU has no AMX-BF16 (amx-tile, amx-bf16 and avx512bf16 are needed)";
+  const ga::Kernels* kern = ga::chosen_kernels();
+  if (!kern || std::strcmp(kern->name, "avx512") != 0)
+    return "the AVX-512 kernels are not in use (GA_FUSED_ISA=avx2)";
+  const char* opt = std::getenv("GA_AMX");
+  if (opt && std::string(opt) == "0") return "AMX is off: GA_AMX=0";
+  if (!tile_permission())
+    return "Linux has not granted this process the AMX tile state (arch_prctl "
+           "ARCH_REQ_XCOMP_PERM was not asked for or was refused)";
+  return "";
+}
+
+// The forward pass of the bfloat16 path: AMX tiles, except for groups of at most kSmallRows
+// query rows (decoding: bound by memory, the float32 kernel's unpacked path).
+bool amx_forward(const ga::Task& t, ga::Workspace* ws) {
+  if (t.lq <= ga::kSmallRows) return ga::chosen_kernels()->forward(t, ws);
+  return ga::forward_amx_bf16(t, ws);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Geometry of one call: per (batch b, head h) group, the base offset and row stride of each
@@ -180,6 +230,13 @@ bool with_length(const std::unordered_map<std::string, std::string>& attrs) {
   return it == attrs.end() || it->second != "0";
 }
 
+// matmul_dtype: 0 float32 (absent too), 1 bfloat16, -1 anything else.
+int parse_matmul_dtype(const std::unordered_map<std::string, std::string>& attrs) {
+  auto it = attrs.find("matmul_dtype");
+  if (it == attrs.end() || it->second == "float32") return 0;
+  return it->second == "bfloat16" ? 1 : -1;
+}
+
 // Row-wise softmax pieces on a block of scores s (rows x ld), valid columns [0, len[r]):
 // s <- exp(s - max) on the valid columns, 0 past them; returns sum and max per row.
 // (batch, head) groups on the worker threads: each worker has its workspace; a group's lengths
@@ -241,11 +298,10 @@ ga::Task task_at(const ga::Task& proto, const Geometry& g, const Lengths& length
   return t;
 }
 
-// Runs the chosen kernels' pass over every task on the worker threads, each with its
-// workspace.
+// Runs the pass of `kern` (the chosen kernels, or their copy with the bfloat16 forward pass)
+// over every task on the worker threads, each with its workspace.
 MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga::Task& proto,
-                             GroupKernel ga::Kernels::*pass) {
-  const ga::Kernels* kern = ga::chosen_kernels();
+                             const ga::Kernels* kern, GroupKernel ga::Kernels::*pass) {
   if (!kern) {
     MX_ERROR_MSG << "ga_fused_attention: no kernel for this CPU (it needs AVX2 and FMA, or "
                     "GA_FUSED_ISA names an instruction set it lacks)";
@@ -294,7 +350,14 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
   t.v = inputs->at(2).data<float>();
   t.ctx = outputs->at(0).data<float>();
   t.lse = outputs->at(1).data<float>();
-  return for_each_group(g, lengths_of(*inputs, 3, with_length(attrs)), t,
+  const ga::Kernels* kern = ga::chosen_kernels();
+  ga::Kernels bf16;
+  if (kern && parse_matmul_dtype(attrs) == 1 && !*amx_problem()) {
+    bf16 = *kern;
+    bf16.forward = amx_forward;
+    kern = &bf16;
+  }
+  return for_each_group(g, lengths_of(*inputs, 3, with_length(attrs)), t, kern,
                         &ga::Kernels::forward);
 }
 
@@ -320,13 +383,18 @@ MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs
   t.dv = outputs->at(2).data<float>();
   if (has_length)
     std::memset(outputs->at(3).data<float>(), 0, outputs->at(3).size() * sizeof(float));
-  return for_each_group(g, lengths_of(*inputs, 5, has_length), t, &ga::Kernels::backward);
+  return for_each_group(g, lengths_of(*inputs, 5, has_length), t, ga::chosen_kernels(),
+                        &ga::Kernels::backward);
 }
 
 MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& attrs,
                           int* num_in, int* num_out) {
   if (parse_layout(attrs) < 0) {
     MX_ERROR_MSG << "ga_fused_attention: layout must be NKT, NTK or TNK";
+    return MX_FAIL;
+  }
+  if (parse_matmul_dtype(attrs) < 0) {
+    MX_ERROR_MSG << "ga_fused_attention: matmul_dtype must be float32 or bfloat16";
     return MX_FAIL;
   }
   *num_in = with_length(attrs) ? 4 : 3;
@@ -412,6 +480,10 @@ extern "C" const char* ga_fused_isa() {
   const ga::Kernels* k = ga::chosen_kernels();
   return k ? k->name : "";
 }
+
+// Why the bfloat16 forward pass (matmul_dtype=bfloat16) cannot run on AMX tiles in this
+// process ("" when it can; asked at every call: the permission may be granted later).
+extern "C" const char* ga_fused_amx_problem() { return amx_problem(); }
 
 extern "C" const char* ga_fused_cpu_features() {
   static const std::string found = [] {

@@ -77,6 +77,12 @@ struct Kernels {
 
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+// The forward pass of one group (heads == 1, lq > kSmallRows) with bfloat16 products on AMX
+// tiles (kernel_amx.cc): only where amx_problem() is empty, never on another CPU.
+bool forward_amx_bf16(const Task& task, Workspace* ws);
+// Whether kernel_amx.cc was compiled with the AMX instruction sets (false: a compiler without
+// them built its stubs, and forward_amx_bf16 must not be chosen).
+bool amx_compiled();
 
 // The kernels chosen for this process (nullptr when none can run here) and the number of
 // worker threads (OMP_NUM_THREADS, else the hardware's); defined in fused_attention.cc.
