@@ -222,7 +222,7 @@ def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
     if bpe is not None:
         bpe.save(str(folder / 'tokenizer.json'))
     elif has_tokenizer:
-        write_tokenizer(vocab, folder, lower)
+        write_tokenizer(vocab, folder, lower, token_types=bool(config['num_token_types']))
     return dict(config=config, head=head['kind'] if head else None, tokenizer=has_tokenizer,
                 output_dir=str(folder))
 

@@ -69,8 +69,10 @@ def infer_lower(vocab):
                    and t != t.lower() for t in vocab['tokens'])
 
 
-def _wordpiece(vocab, lower):
-    """The ``tokenizers.Tokenizer`` of the module docstring."""
+def _wordpiece(vocab, lower, token_types=True):
+    """The ``tokenizers.Tokenizer`` of the module docstring; a pair ``[CLS] A [SEP] B [SEP]``
+    with token types 0 then 1, or all 0 without ``token_types`` (a model without a token type
+    embedding: DistilBERT)."""
     # pylint: disable=import-outside-toplevel
     require('tokenizers')
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
@@ -82,13 +84,18 @@ def _wordpiece(vocab, lower):
         clean_text=True, handle_chinese_chars=True, strip_accents=lower, lowercase=lower)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls, sep = special['cls_token'], special['sep_token']
-    if cls in ids and sep in ids:
+    if cls in ids and sep in ids and token_types:
         tokenizer.post_processor = processors.BertProcessing((sep, ids[sep]), (cls, ids[cls]))
+    elif cls in ids and sep in ids:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=[cls + ':0', '$A:0', sep + ':0'],
+            pair=[cls + ':0', '$A:0', sep + ':0', '$B:0', sep + ':0'],
+            special_tokens=[(cls, ids[cls]), (sep, ids[sep])])
     tokenizer.decoder = decoders.WordPiece(prefix='##')
     return tokenizer
 
 
-def write_tokenizer(vocab, folder, lower=None):
+def write_tokenizer(vocab, folder, lower=None, token_types=True):
     """Write ``vocab.txt``, ``tokenizer.json`` and ``tokenizer_config.json`` into ``folder``.
 
     Parameters
@@ -98,6 +105,11 @@ def write_tokenizer(vocab, folder, lower=None):
     folder : pathlib.Path
     lower : bool, optional
         None: :func:`infer_lower`.
+    token_types : bool
+        Whether the model has a token type embedding: True, a pair gets token types 0
+        (``[CLS] A [SEP]``) then 1 (``B [SEP]``), as BERT's; False (DistilBERT), all 0, as the
+        model reads no token types (the SQuAD features take the layout from here:
+        :func:`gluon_attention.data.squad_layout.pair_layout`).
 
     Returns
     -------
@@ -119,7 +131,7 @@ def write_tokenizer(vocab, folder, lower=None):
     folder = pathlib.Path(folder)
     (folder / 'vocab.txt').write_text(''.join(t + '\n' for t in vocab['tokens']),
                                       encoding='utf-8')
-    _wordpiece(vocab, lower).save(str(folder / 'tokenizer.json'))
+    _wordpiece(vocab, lower, token_types).save(str(folder / 'tokenizer.json'))
     special = {key.replace('unknown', 'unk').replace('padding', 'pad'): token
                for key, token in vocab['special'].items() if token is not None}
     config = dict(special, do_lower_case=lower, strip_accents=None if lower else False,

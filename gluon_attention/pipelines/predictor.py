@@ -88,6 +88,11 @@ def load_qa_model(folder, contexts, kernels=None):
     """The :class:`~gluon_attention.models.qa.ModelForQAConditional` of a fine-tuned folder: its
     encoder (``BertEncoder.from_pretrained``) and head (``qa_head.safetensors``), hybridized.
 
+    The encoder is built for inference: its dropout rates are 0 whatever ``config.json`` records
+    (a folder converted from GluonNLP 0.10 records the pretraining rates, 0.1), so the 'auto'
+    attention is the fused kernel where it is built, as for a folder ``train`` wrote, and the
+    exported graph is the one ONNX Runtime's optimizer fuses (``run_squad.py quantize``).
+
     Parameters
     ----------
     folder : QAFolder
@@ -111,7 +116,8 @@ def load_qa_model(folder, contexts, kernels=None):
         A head tensor missing, unexpected or of the wrong shape; ``kernels`` that cannot run
         on ``contexts`` (:meth:`Kernels.resolve`).
     """
-    backbone = BertEncoder.from_pretrained(folder.path, ctx=contexts, kernels=kernels)
+    backbone = BertEncoder.from_pretrained(folder.path, ctx=contexts, kernels=kernels,
+                                           dropout=0.0, attention_dropout=0.0)
     if folder.qa_config.get('head') == 'span':
         model = ModelForQASpan(backbone, head_block(folder.path, ctx=contexts),
                                folder.qa_config['max_answer_length'],

@@ -119,8 +119,10 @@ class QuantizeConfig(QAOptions):
                       'batch at run time (answers depend on which features share it)',
         choices=('calibrated', 'dynamic'))
     calibration_file: str = option('cs224n-16articles', 'SQuAD json whose questions of the '
-                                   "model's trained articles (qa_config.json trained_titles) "
-                                   'calibrate the activation scales')
+                                   "model's trained articles (qa_config.json trained_titles; "
+                                   'all of them for a folder without that record, such as one '
+                                   'converted from GluonNLP 0.10) calibrate the activation '
+                                   'scales')
     calibration_features: int = option(256, 'calibration features (the first, in file order)')
 
 

@@ -48,13 +48,17 @@ from ..engine.common import atomic_write_json
 from .data import data_path
 from .folder import model_folder
 
-__all__ = ['HEAD_PREFIX', 'VNNI_FLAGS', 'int8_folder', 'head_node_names', 'ffn_node_names',
+__all__ = ['HEAD_PREFIXES', 'VNNI_FLAGS', 'int8_folder', 'head_node_names', 'ffn_node_names',
            'cpu_flags',
            'check_int8_counts', 'QuantizeJob', 'prepare_quantize', 'run_quantize',
            'write_int8_model', 'calibration_batches']
 
-# The QA head's nodes in the exported graph (the model's own name scope), for --int8-head 0.
-HEAD_PREFIX = 'modelforqaconditional'
+#: The QA head's nodes in the exported graph, for --int8-head 0: the conditional head's (the
+#: model's own name scope) and the span head's of a folder converted from GluonNLP 0.10.
+HEAD_PREFIXES = ('modelforqaconditional', 'spanhead')
+#: The encoder's feed-forward activation as ONNX Runtime's optimizer leaves it: GELU fused with
+#: its bias (``BiasGelu``), or ReLU (ERNIE) after its bias ``Add``.
+FFN_ACTIVATIONS = ('BiasGelu', 'Gelu', 'Relu')
 #: CPU flags (/proc/cpuinfo) with 8-bit dot products that do not saturate: reduce_range is off.
 VNNI_FLAGS = ('avx512_vnni', 'avx_vnni', 'amx_int8')
 _RECORDED_FLAGS = ('sse4_1', 'avx2', 'fma', 'avx512f', 'avx512bw', 'avx512_vnni', 'avx_vnni',
@@ -76,20 +80,28 @@ def _graph_inputs(length=16):
 
 def head_node_names(model):
     """Exact names of the QA head's products in a fused ``ModelProto``: every ``MatMul`` or
-    ``Attention`` node whose name holds :data:`HEAD_PREFIX` (the exporter's copies such as
-    ``idx_152_modelforqaconditional0_dense0_fwd__matmul2`` included)."""
+    ``Attention`` node whose name holds one of :data:`HEAD_PREFIXES` (the exporter's copies
+    such as ``idx_152_modelforqaconditional0_dense0_fwd__matmul2`` included)."""
     return [node.name for node in model.graph.node
-            if node.op_type in ('MatMul', 'Attention') and HEAD_PREFIX in node.name]
+            if node.op_type in ('MatMul', 'Attention')
+            and any(prefix in node.name for prefix in HEAD_PREFIXES)]
 
 
 def ffn_node_names(model):
     """Exact names of the encoder's feed-forward products in a fused ``ModelProto``: each
-    ``MatMul`` whose output a ``BiasGelu`` reads (the first) or that reads a ``BiasGelu``'s
+    ``MatMul`` outside the QA head whose output an activation of :data:`FFN_ACTIVATIONS` reads,
+    directly or through a bias ``Add`` (the first product), or that reads an activation's
     output (the second)."""
-    gelu_in = {name for n in model.graph.node if n.op_type == 'BiasGelu' for name in n.input}
-    gelu_out = {name for n in model.graph.node if n.op_type == 'BiasGelu' for name in n.output}
-    return [n.name for n in model.graph.node if n.op_type == 'MatMul'
-            and (set(n.output) & gelu_in or set(n.input) & gelu_out)]
+    nodes = model.graph.node
+    producer = {name: node for node in nodes for name in node.output}
+    activations = [node for node in nodes if node.op_type in FFN_ACTIVATIONS]
+    act_out = {name for node in activations for name in node.output}
+    act_in = {name for node in activations for name in node.input}
+    act_in |= {bias_input for name in act_in if name in producer
+               and producer[name].op_type == 'Add' for bias_input in producer[name].input}
+    head = set(head_node_names(model))
+    return [n.name for n in nodes if n.op_type == 'MatMul' and n.name not in head
+            and (set(n.output) & act_in or set(n.input) & act_out)]
 
 
 def _float32_nodes(int8_head, int8_ffn):
@@ -201,11 +213,18 @@ class QuantizeJob:
 
 
 def _calibration_examples(config, folder):
+    """The questions of ``--calibration-file`` that calibrate: those of the folder's trained
+    articles, or, for a folder that records none (``trained_titles`` absent: converted from
+    GluonNLP 0.10, whose training data is not known), all of them (said on stdout)."""
     if config.activation_scales == 'dynamic':
         return ()
-    trained = read_qa_config(folder).get('trained_titles') or []
-    examples = [e for e in squad.read_squad(data_path(config.calibration_file, config.data_dir))
-                if e.title in set(trained)]
+    trained = read_qa_config(folder).get('trained_titles')
+    examples = squad.read_squad(data_path(config.calibration_file, config.data_dir))
+    if trained is None:
+        print('calibration: {} records no trained articles; every question of {} '
+              'calibrates'.format(folder, config.calibration_file))
+        return tuple(examples)
+    examples = [e for e in examples if e.title in set(trained)]
     if not examples:
         fail("--calibration-file must hold questions of the model's trained articles (the "
              'trained_titles of its qa_config.json)', calibration_file=config.calibration_file,
@@ -216,7 +235,8 @@ def _calibration_examples(config, folder):
 def prepare_quantize(config):
     """The model folder, its encoder's sizes and the calibration questions (a
     :class:`QuantizeJob`); ImportError without the ``[onnx]`` extra (onnxruntime, sympy, onnx
-    1.17); ValueError when the calibration file holds none of the trained articles."""
+    1.17); ValueError when the calibration file holds none of the trained articles of a
+    folder that records them."""
     import onnxruntime.quantization  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
     import sympy  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
     folder = model_folder(config)

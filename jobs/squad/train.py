@@ -14,6 +14,7 @@ import mxnet as mx
 from gluon_attention.core import fused
 from gluon_attention.core.matmul import require_matmul_dtype, set_matmul_dtype
 from gluon_attention.data import squad
+from gluon_attention.data.squad_layout import pair_layout
 from gluon_attention.pipelines.folder import recorded_training
 
 from ..engine.config import write_run_config
@@ -109,7 +110,8 @@ def _qa_config(model, config, calibration, job):
                 trained_paragraphs=job.trained_paragraphs, head_units=model.backbone.config['units'],
                 head_dropout=config.classifier_dropout, max_seq_length=config.max_seq_length,
                 doc_stride=config.doc_stride, eval_max_seq_length=config.eval_max_seq_length,
-                eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length),
+                eval_doc_stride=eval_stride(config.eval_max_seq_length, config.max_query_length,
+                                            pair_layout(job.tokenizer).num_special),
                 max_query_length=config.max_query_length,
                 version_2_with_negative=config.version_2_with_negative,
                 p_mask='1 = may be an answer start or end ([CLS] and context tokens)')

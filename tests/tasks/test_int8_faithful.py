@@ -71,10 +71,10 @@ def test_int8_head_0_keeps_every_head_product_float32(written):
     graph = onnx.load(report['int8']).graph
     optimized = onnx.load(report['optimized']).graph
     heads = [n.name for n in optimized.node if n.op_type == 'MatMul' and
-             quantize.HEAD_PREFIX in n.name]
+             quantize.HEAD_PREFIXES[0] in n.name]
     assert any(name.startswith('idx_') for name in heads)       # the exporter's copy
     assert sorted(report['excluded']) == sorted(heads)
-    quantized = [n.name for n in graph.node if quantize.HEAD_PREFIX in n.name and
+    quantized = [n.name for n in graph.node if quantize.HEAD_PREFIXES[0] in n.name and
                  n.op_type in ('MatMulInteger', 'DynamicQuantizeMatMul', 'QAttention')]
     assert quantized == []
     kept = {n.name for n in graph.node if n.op_type == 'MatMul'}
