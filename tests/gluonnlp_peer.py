@@ -5,6 +5,8 @@ Architectures as the zoo builds them (``gluonnlp/model/bert.py`` hyper-parameter
 for ``make test``: distinct D, H, max_length and V so that a wrong transpose fails.
 """
 import contextlib
+import importlib.util
+import pathlib
 
 import mxnet as mx
 import numpy as onp
@@ -177,3 +179,12 @@ def span_answer(net, model_name, features, context, n_best=20, max_answer_length
                 if best is None or start[s] + end[e] > best[0]:
                     best = (start[s] + end[e], text)
     return best
+
+
+def run_squad():
+    """scripts/run_squad.py loaded as a module, so its ``main(argv)`` runs in this process."""
+    script = pathlib.Path(__file__).resolve().parents[1] / 'scripts' / 'run_squad.py'
+    spec = importlib.util.spec_from_file_location('run_squad_script', str(script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

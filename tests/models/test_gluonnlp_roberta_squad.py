@@ -3,9 +3,7 @@ QA pipeline: features laid out ``<s> question </s></s> context </s>`` (token typ
 byte-level BPE tokenizer lays out a pair), and the span of ``QAPredictor`` and ``run_squad.py
 predict`` is the one 0.10's own logits give under 0.10's decoding rule
 (:func:`gluonnlp_peer.span_answer`)."""
-import importlib.util
 import json
-import pathlib
 
 import numpy as onp
 import pytest
@@ -68,10 +66,7 @@ def test_predictor_answers_with_gluonnlp_span(converted):
 
 
 def test_run_squad_predict_on_the_converted_roberta_folder(converted, capsys):
-    script = pathlib.Path(__file__).resolve().parents[2] / 'scripts' / 'run_squad.py'
-    spec = importlib.util.spec_from_file_location('run_squad_script', str(script))
-    run_squad = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_squad)
+    run_squad = peer.run_squad()
     _, folder = converted
     want = QAPredictor.from_folder(folder).answer(QUESTION, CONTEXT)
     capsys.readouterr()

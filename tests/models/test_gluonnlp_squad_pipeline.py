@@ -85,12 +85,7 @@ def test_exported_graph_gives_the_same_outputs(converted, tmp_path):
 
 
 def test_run_squad_predict_and_evaluate_on_the_converted_folder(converted, capsys, tmp_path):
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    import pathlib  # pylint: disable=import-outside-toplevel
-    script = pathlib.Path(__file__).resolve().parents[2] / 'scripts' / 'run_squad.py'
-    spec = importlib.util.spec_from_file_location('run_squad_script', str(script))
-    run_squad = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_squad)
+    run_squad = peer.run_squad()
     net, folder = converted
     predictor = QAPredictor.from_folder(folder)
     want = predictor.answer(QUESTION, CONTEXT)
