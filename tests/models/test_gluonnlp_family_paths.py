@@ -3,16 +3,9 @@ takes: the predictor answers with the span of 0.10's own logits (0.10's decoding
 :func:`gluonnlp_peer.span_answer`), the exported graph, its ONNX file and the fusable ONNX file
 that ``quantize`` fuses compute what the model computes, the served archive answers as the
 predictor, ``run_squad.py quantize`` writes an INT8 model whose best spans are mostly float32's,
-and ``run_squad.py evaluate`` scores the folder.
-
-Each architecture is a tiny 0.10-layout SQuAD model (``bert.`` + ``span_classifier``, 2 layers,
-D 16), randomised and fine-tuned a few steps, converted with its vocabulary (RoBERTa: a tiny
-byte-level BPE vocabulary with its merges, :mod:`roberta_tiny`). DistilBERT has no token type
-embedding and ERNIE uses ReLU and epsilon 1e-5; RoBERTa lays a pair out ``<s> q </s></s> c </s>``.
+and ``run_squad.py evaluate`` scores the folder. The folders: :mod:`gluonnlp_family`.
 """
-import collections
 import json
-import pathlib
 import zipfile
 
 import mxnet as mx
@@ -20,57 +13,22 @@ import numpy as onp
 import pytest
 
 import gluonnlp_peer as peer
-import roberta_tiny
 from conftest import FULL
-from gluon_attention.convert import from_gluonnlp
 from gluon_attention.core import fused
 from gluon_attention.data import squad
-from gluon_attention.data.squad_layout import pair_layout
 from gluon_attention.export.block import export_and_check
 from gluon_attention.models.qa import QAInference
 from gluon_attention.pipelines import QAPredictor, load_qa_folder, load_qa_model
 from gluon_attention.pipelines.features import INPUT_DTYPES, INPUT_NAMES, eval_features, \
     run_batches
+from gluonnlp_family import MODELS, convert_squad
 
-MODELS = ('roberta_12_768_12', 'distilbert_6_768_12', 'ernie_12_768_12')
-#: (question, context) in each vocabulary: RoBERTa's covers the letters h e l o w r d and spaces.
-TEXTS = {'roberta': [('who held red', 'hello world he held red dew or old wool we owe her hello '
-                                      'world or rod hero word'),
-                     ('where were we', 'we were here where world held hello or red rowed old')],
-         'wordpiece': [('where the cat sat', 'the dogs ran far away from home while the cat sat '
-                                             'on a mat and every bird sang songs of joy'),
-                       ('what birds sang', 'every bird sang songs of joy while the dogs ran far '
-                                           'away and the cat sat'),
-                       ('who ran home', 'a cat sat on the mat while every dog ran far away from '
-                                        'home and the birds sang of joy')]}
-Converted = collections.namedtuple('Converted', 'model net folder texts')
-
-
-def _texts(model):
-    return TEXTS['roberta' if model.startswith('roberta') else 'wordpiece']
 
 
 @pytest.fixture(scope='module', params=MODELS)
 def converted(request, tmp_path_factory):
     """A tiny fine-tuned 0.10 SQuAD model of the architecture and its converted folder."""
-    model, tmp_path = request.param, tmp_path_factory.mktemp(request.param)
-    vocab = None if model.startswith('roberta') else peer.tiny_vocab()
-    size = len(roberta_tiny.TOKENS) if vocab is None else len(vocab)
-    with peer.legacy():
-        net = peer.SquadModel(peer.backbone(model, size))
-    inputs = peer.batch(onp.random.RandomState(7), size, length=10,
-                        types=model.startswith('ernie'))
-    peer.randomize(net, 7, lambda: peer.call(net, model, *inputs))
-    peer.finetune_span(net, inputs, seed=7)
-    peer.save(net, tmp_path / 'net.params')
-    if vocab is None:
-        folder = roberta_tiny.convert(tmp_path / 'net.params', tmp_path,
-                                      peer.sizes_of(model))['output_dir']
-    else:
-        (tmp_path / 'net.vocab').write_text(vocab.to_json(), encoding='utf-8')
-        folder = from_gluonnlp(tmp_path / 'net.params', model, tmp_path / 'net.vocab',
-                               tmp_path / 'out', sizes=peer.sizes_of(model))['output_dir']
-    return Converted(model, net, folder, _texts(model))
+    return convert_squad(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def _features(folder, texts):
@@ -225,95 +183,3 @@ def test_run_squad_evaluate_scores_the_converted_folder(converted, tmp_path, cap
                            str(tmp_path), '--version-2-with-negative', '0']) == 0
     metrics = json.loads((tmp_path / 'evaluate' / 'metrics.json').read_text())
     assert (metrics['total'], metrics['exact']) == (2, 50.0)
-
-
-def _answered(texts, word):
-    """(question, context, (answer text, its character start)) with the context's ``word``-th
-    word as the answer."""
-    out = []
-    for question, context in texts:
-        words = context.split()
-        start = len(' '.join(words[:word])) + (word > 0)
-        out.append((question, context, (words[word], start)))
-    return out
-
-
-def test_training_features_are_laid_out_as_inference_features(converted):
-    """The training featurizer lays a pair out as the folder's tokenizer does (RoBERTa:
-    ``<s> q </s></s> c </s>``, 4 special tokens), its features equal the inference features but
-    for the gold span, and each gold span maps back to the answer's characters."""
-    tokenizer = load_qa_folder(converted.folder).tokenizer()
-    layout = pair_layout(tokenizer)
-    assert layout.num_special == (4 if converted.model.startswith('roberta') else 3)
-    examples = [squad.SquadExample(str(i), 't', q, c, [answer], False)
-                for i, (q, c, answer) in enumerate(_answered(converted.texts, 3))]
-    train = squad.convert_examples_to_features(examples, tokenizer, 16, 4, 6, is_training=True)
-    infer = squad.convert_examples_to_features(examples, tokenizer, 16, 4, 6, is_training=False)
-    assert len(train) == len(infer) > len(examples)
-    held = 0
-    for t, i in zip(train, infer):
-        assert (t.input_ids, t.token_types, t.p_mask, t.context_range) == (
-            i.input_ids, i.token_types, i.p_mask, i.context_range)
-        query = tokenizer.encode(examples[t.example_index].question,
-                                 add_special_tokens=False).ids[:6]
-        low, high = t.context_range
-        assert t.input_ids == layout.input_ids(query, t.input_ids[low:high])
-        if t.is_impossible:
-            assert (t.start_position, t.end_position) == (0, 0)
-            continue
-        held += 1
-        example = examples[t.example_index]
-        text, start = example.answers[0]
-        span = (t.token_to_char[t.start_position - low][0],
-                t.token_to_char[t.end_position - low][1])
-        assert span == (start, start + len(text)) and example.context[slice(*span)] == text
-    assert held >= len(examples)
-
-
-def _train_files(tmp_path, texts):
-    """A training file (article 'train', and 'heldout' for the threshold) and an evaluation
-    file ('eval') of ``texts`` with answers, each article's contexts the words of ``texts``
-    rotated by its own count (the job refuses articles that share a paragraph)."""
-    files, rotation = {}, 0
-    for name, titles in (('train', ('train', 'heldout')), ('eval', ('eval',))):
-        data = []
-        for title in titles:
-            rotation += 1
-            rotated = [(q, ' '.join(c.split()[rotation:] + c.split()[:rotation]))
-                       for q, c in texts]
-            data.append({'title': title, 'paragraphs': [{'context': c, 'qas': [{
-                'id': '{}{}'.format(title, i), 'question': q, 'is_impossible': False,
-                'answers': [{'text': a[0], 'answer_start': a[1]}]}]} for i, (q, c, a) in
-                enumerate(_answered(rotated, 2))]})
-        files[name] = tmp_path / (name + '.json')
-        files[name].write_text(json.dumps({'version': 'v2.0', 'data': data}), encoding='utf-8')
-    return files
-
-
-def test_run_squad_train_fine_tunes_the_converted_folder(converted, tmp_path, capsys):
-    """``run_squad.py train`` from the converted folder (new QA heads on its encoder): every
-    gold span matches its tokens, the saved folder keeps the encoder's configuration (RoBERTa,
-    DistilBERT: no token types) and its tokenizer, records the stride its chunks were cut
-    with, exports and answers."""
-    files = _train_files(tmp_path, converted.texts)
-    capsys.readouterr()
-    assert peer.run_squad().main([
-        'train', '--model-dir', converted.folder, '--output-dir', str(tmp_path / 'run'),
-        '--train-file', str(files['train']), '--eval-file', str(files['eval']),
-        '--extra-train-file', '', '--exclude-titles', '', '--threshold-titles', 'heldout',
-        '--max-steps', '2', '--batch-size', '4', '--max-seq-length', '16',
-        '--eval-max-seq-length', '16', '--doc-stride', '4', '--max-query-length', '6',
-        '--threads', '1', '--no-progress', '--seed', '3', '--no-onnx']) == 0
-    out = capsys.readouterr().out
-    assert '(0 gold-span mismatches skipped' in out and 'export check: ' in out
-    folder = tmp_path / 'run' / 'model'
-    saved = json.loads((folder / 'config.json').read_text())
-    original = json.loads((pathlib.Path(converted.folder) / 'config.json').read_text())
-    for key in ('type_vocab_size', 'layer_norm_eps', 'hidden_act', 'max_position_embeddings'):
-        assert saved[key] == original[key], key
-    qa_config = json.loads((folder / 'qa_config.json').read_text())
-    special = pair_layout(load_qa_folder(converted.folder).tokenizer()).num_special
-    assert qa_config['eval_doc_stride'] == 16 - 6 - special
-    question, context = converted.texts[0]
-    answer = QAPredictor.from_folder(str(folder)).answer(question, context)
-    assert answer.best_span == context[answer.best_span_start:answer.best_span_end] != ''
