@@ -222,11 +222,14 @@ def config_json(encoder_config):
     return config
 
 
-def write_checkpoint(block, folder):
+def write_checkpoint(block, folder, extra=None):
     """Write ``block`` as ``folder/config.json`` and ``folder/model.safetensors``.
 
     The folder is created if needed; :meth:`BertEncoder.from_pretrained` (and BERT loaders of
-    other libraries) read it back. Existing files of those names are replaced.
+    other libraries) read it back. Existing files of those names are replaced. ``extra`` (a
+    dict, optional) adds keys to ``config.json`` or replaces those the encoder does not
+    describe, such as the ``gluonnlp_model`` and ``pad_token_id`` of a folder converted from
+    GluonNLP 0.10, which its RoBERTa export to transformers reads.
 
     Returns
     -------
@@ -238,7 +241,8 @@ def write_checkpoint(block, folder):
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config_file, weights_file = folder / 'config.json', folder / 'model.safetensors'
-    config_file.write_text(json.dumps(bert_config(block), indent=2, sort_keys=True) + '\n',
+    config = dict(bert_config(block), **(extra or {}))
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + '\n',
                            encoding='utf-8')
     save_file(bert_tensors(block), str(weights_file), metadata={'format': 'pt'})
     return str(config_file), str(weights_file)

@@ -5,6 +5,7 @@ run's ``model/``), and writing a trained model as a fine-tuned folder that
 The folder is written under a temporary name and renamed into place: a killed save leaves the
 previous folder (or none), never a half-written one.
 """
+import json
 import os
 import shutil
 
@@ -16,7 +17,12 @@ from gluon_attention.pipelines.folder import (HEAD_FILE, QA_CONFIG, TOKENIZER_FI
 from .config import TrainConfig
 from .data import default_model_folder
 
-__all__ = ['model_folder', 'save_model_folder']
+__all__ = ['SOURCE_KEYS', 'model_folder', 'save_model_folder']
+
+#: ``config.json`` keys of the starting folder kept in a trained folder's: a GluonNLP 0.10
+#: conversion's ``gluonnlp_model`` and ``pad_token_id`` (a RoBERTa's export to transformers
+#: needs both).
+SOURCE_KEYS = ('gluonnlp_model', 'pad_token_id')
 
 
 def model_folder(config):
@@ -32,7 +38,9 @@ def model_folder(config):
 
 def save_model_folder(model, folder, tokenizer_dir, qa_config):
     """Write ``model`` (a trained :class:`ModelForQAConditional` over a :class:`BertEncoder`),
-    the tokenizer files of ``tokenizer_dir`` and ``qa_config`` (a JSON dict) to ``folder``.
+    the tokenizer files of ``tokenizer_dir`` and ``qa_config`` (a JSON dict) to ``folder``; the
+    :data:`SOURCE_KEYS` of ``tokenizer_dir``'s ``config.json`` (the folder trained from) stay
+    in the written ``config.json``.
 
     Returns the folder's path.
     """
@@ -41,7 +49,7 @@ def save_model_folder(model, folder, tokenizer_dir, qa_config):
     tmp, old = '{}.tmp{}'.format(folder, os.getpid()), '{}.old{}'.format(folder, os.getpid())
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        write_checkpoint(model.backbone, tmp)
+        write_checkpoint(model.backbone, tmp, _source_keys(tokenizer_dir))
         save_file({name: param.data().asnumpy() for name, param in head_params(model).items()},
                   os.path.join(tmp, HEAD_FILE))
         for name in TOKENIZER_FILES:
@@ -56,6 +64,16 @@ def save_model_folder(model, folder, tokenizer_dir, qa_config):
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     return folder
+
+def _source_keys(model_dir):
+    """The :data:`SOURCE_KEYS` of ``model_dir/config.json`` (dict; empty without the file)."""
+    path = os.path.join(model_dir, 'config.json')
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding='utf-8') as handle:
+        config = json.load(handle)
+    return {key: config[key] for key in SOURCE_KEYS if key in config}
+
 
 def _sync_folder(folder):
     """Flush every file to disk and give it the permissions of a plain new file (safetensors

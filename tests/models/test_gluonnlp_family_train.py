@@ -10,6 +10,7 @@ import pathlib
 import pytest
 
 import gluonnlp_peer as peer
+from gluon_attention.convert import to_transformers
 from gluon_attention.data import squad
 from gluon_attention.data.squad_layout import pair_layout
 from gluon_attention.pipelines import QAPredictor, load_qa_folder
@@ -88,8 +89,9 @@ def _train_files(tmp_path, texts):
 def test_run_squad_train_fine_tunes_the_converted_folder(converted, tmp_path, capsys):
     """``run_squad.py train`` from the converted folder (new QA heads on its encoder): every
     gold span matches its tokens, the saved folder keeps the encoder's configuration (RoBERTa,
-    DistilBERT: no token types) and its tokenizer, records the stride its chunks were cut
-    with, exports and answers."""
+    DistilBERT: no token types; the conversion's ``gluonnlp_model`` and ``pad_token_id``, so a
+    RoBERTa still exports to transformers as one) and its tokenizer, records the stride its
+    chunks were cut with, exports and answers."""
     files = _train_files(tmp_path, converted.texts)
     capsys.readouterr()
     assert peer.run_squad().main([
@@ -104,8 +106,16 @@ def test_run_squad_train_fine_tunes_the_converted_folder(converted, tmp_path, ca
     folder = tmp_path / 'run' / 'model'
     saved = json.loads((folder / 'config.json').read_text())
     original = json.loads((pathlib.Path(converted.folder) / 'config.json').read_text())
-    for key in ('type_vocab_size', 'layer_norm_eps', 'hidden_act', 'max_position_embeddings'):
+    for key in ('type_vocab_size', 'layer_norm_eps', 'hidden_act', 'max_position_embeddings',
+                'gluonnlp_model', 'pad_token_id'):
         assert saved[key] == original[key], key
+    assert (folder / 'tokenizer.json').read_bytes() == (
+        pathlib.Path(converted.folder) / 'tokenizer.json').read_bytes()
+    # what a RoBERTa export to transformers reads from the conversion's keys
+    exported = json.loads((pathlib.Path(to_transformers(folder, tmp_path / 'hf')) /
+                           'config.json').read_text())
+    assert exported['model_type'] == ('roberta' if converted.model.startswith('roberta')
+                                      else 'bert')
     qa_config = json.loads((folder / 'qa_config.json').read_text())
     special = pair_layout(load_qa_folder(converted.folder).tokenizer()).num_special
     assert qa_config['eval_doc_stride'] == 16 - 6 - special
