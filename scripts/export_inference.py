@@ -51,18 +51,20 @@ def _config_class():
     return ExportConfig
 
 
-def _vocab_size(block):
-    """The token ids an encoder (or a QA graph's encoder) takes: its vocabulary size."""
+def _id_ranges(block):
+    """(vocabulary size, token types) of the ids an encoder (or a QA graph's encoder) takes;
+    no token type embedding (RoBERTa, DistilBERT): type 0 only."""
     encoder = getattr(getattr(block, 'model', None), 'backbone', block)
-    return getattr(encoder, 'config', {}).get('vocab_size', 2000)
+    config = getattr(encoder, 'config', {})
+    return config.get('vocab_size', 2000), max(config.get('num_token_types', 2), 1)
 
 
-def _inputs(rng, block_name, batch, length, vocab_size=2000):
+def _inputs(rng, block_name, batch, length, id_ranges=(2000, 2)):
     """Positional NumPy inputs of a block at one batch size and length, with their names."""
     if block_name in ('bert_encoder', 'squad'):
-        high = min(2000, vocab_size)
+        high = min(2000, id_ranges[0])
         ids = rng.randint(min(1000, high // 2), high, size=(batch, length)).astype('int32')
-        types = rng.randint(0, 2, size=(batch, length)).astype('int32')
+        types = rng.randint(0, id_ranges[1], size=(batch, length)).astype('int32')
         valid = (length - rng.randint(0, length, size=batch)).astype('int32')
         if block_name == 'bert_encoder':
             return ['token_ids', 'token_types', 'valid_length'], [ids, types, valid]
@@ -130,7 +132,7 @@ def main(argv=None):
     mx.random.seed(config.seed)
     block, name = _build(config)
     rng = onp.random.RandomState(config.seed)
-    batches = [_inputs(rng, name, batch, length, _vocab_size(block))[1]
+    batches = [_inputs(rng, name, batch, length, _id_ranges(block))[1]
                for batch, length in SHAPES]
     names = _inputs(rng, name, 1, 1)[0]
     _, report = export_and_check(block, config.output_prefix, batches, names,

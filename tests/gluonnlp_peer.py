@@ -181,10 +181,11 @@ def span_answer(net, model_name, features, context, n_best=20, max_answer_length
     return best
 
 
-def run_squad():
-    """scripts/run_squad.py loaded as a module, so its ``main(argv)`` runs in this process."""
-    script = pathlib.Path(__file__).resolve().parents[1] / 'scripts' / 'run_squad.py'
-    spec = importlib.util.spec_from_file_location('run_squad_script', str(script))
+def run_squad(name='run_squad'):
+    """scripts/<name>.py (default run_squad.py) loaded as a module, so its ``main(argv)`` runs
+    in this process."""
+    script = pathlib.Path(__file__).resolve().parents[1] / 'scripts' / (name + '.py')
+    spec = importlib.util.spec_from_file_location(name + '_script', str(script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

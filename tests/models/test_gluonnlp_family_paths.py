@@ -96,6 +96,20 @@ def _valid_spans(feature, starts, ends, max_answer_length=30):
         ends - starts < max_answer_length)
 
 
+def test_export_inference_script_exports_the_converted_folder(converted, tmp_path, capsys):
+    """``scripts/export_inference.py --squad-run FOLDER --format onnx``: random inputs of the
+    ids the encoder takes (token type 0 only without a token type embedding), the reloaded
+    graph and ONNX Runtime within its 1e-5 tolerance."""
+    pytest.importorskip('onnxruntime', reason='the [onnx] extra is not installed')
+    capsys.readouterr()
+    assert peer.run_squad('export_inference').main([
+        '--squad-run', converted.folder, '--output-prefix', str(tmp_path / 'qa'),
+        '--format', 'onnx']) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report['ok'] and report['block'] == 'squad' and report['num_batches'] == 3
+    assert report['max_abs_diff'] <= 1e-5 and report['onnx']['max_abs_diff'] <= 1e-5
+
+
 def test_served_archive_answers_as_the_predictor(converted, tmp_path):
     """The server's archive (exported graph, the folder's settings, its tokenizer) loads in the
     handler and answers every question as the in-process predictor does."""
