@@ -145,12 +145,13 @@ def _squad_file(path, title, texts, answers=None):
     return str(path)
 
 
-def test_quantize_writes_an_int8_model_with_float32s_best_spans(converted, tmp_path):
+def test_quantize_writes_an_int8_model_with_float32s_best_spans(converted, tmp_path, capsys):
     """``run_squad.py quantize`` on the converted folder (no record of its training articles:
     every question of the calibration file calibrates): one fused, quantized attention per
     layer, the feed-forward products (GELU, or ERNIE's ReLU) kept float32, the span head's
-    products found for ``--int8-head 0``, and the INT8 model's best span is float32's on most
-    features (in make test for ERNIE, whose ReLU the optimizer leaves unfused)."""
+    products found for ``--int8-head 0``, the INT8 model's best span is float32's on most
+    features, and ``predict --onnx-model`` answers with it (in make test for ERNIE, whose ReLU
+    the optimizer leaves unfused)."""
     if not (FULL or converted.model.startswith('ernie')):
         pytest.skip('slow: set GA_FULL_TESTS=1')
     pytest.importorskip('onnxruntime.quantization', reason='the [onnx] extra is not installed')
@@ -178,6 +179,14 @@ def test_quantize_writes_an_int8_model_with_float32s_best_spans(converted, tmp_p
     assert sum(same) >= 0.75 * len(same), same
     scale = max(abs(w[0][0]) for w in want)
     assert max(abs(w[0][0] - g[0][0]) for w, g in zip(want, got)) < 0.1 * scale
+    # predict runs the INT8 file with the folder's tokenizer and settings
+    question, context = converted.texts[0]
+    capsys.readouterr()
+    assert run_squad.main(['predict', '--model-dir', converted.folder, '--onnx-model',
+                           report['int8'], '--question', question, '--context', context,
+                           '--json', '--threads', '1']) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed['text'] == context[printed['start']:printed['end']] != ''
 
 
 def test_run_squad_evaluate_scores_the_converted_folder(converted, tmp_path, capsys):
