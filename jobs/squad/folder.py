@@ -65,6 +65,7 @@ def save_model_folder(model, folder, tokenizer_dir, qa_config):
         shutil.rmtree(old, ignore_errors=True)
     return folder
 
+
 def _source_keys(model_dir):
     """The :data:`SOURCE_KEYS` of ``model_dir/config.json`` (dict; empty without the file)."""
     path = os.path.join(model_dir, 'config.json')
