@@ -184,11 +184,24 @@ void context_block(const bf16* pb, const bf16* vb, int cvp, int j0, int keys, fl
   }
 }
 
+// 2^t for t <= 0 to bfloat16's precision and a little more: t = n + f with n = floor(t) and
+// f in [0, 1) by VREDUCEPS, 2^f by a degree-3 polynomial with p(0) = 1 (relative error
+// 8.6e-5 in float32 against bfloat16's rounding step of 2^-8), 2^n by VSCALEFPS, which also
+// takes floor(t): subnormal results below 2^-126 (gradual underflow), exactly 0 for t <= -150
+// and for -inf (f = 0 there); NaN stays NaN.
+inline vf vexp2_bf16(vf t) {
+  const vf f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  vf p = vfma(vset(7.7059030e-2f), f, vset(2.2765373e-1f));
+  p = vfma(p, f, vset(6.9511485e-1f));
+  p = vfma(p, f, vset(1.0f));
+  return _mm512_scalef_ps(p, t);
+}
+
 // Weights 2^(s[j] sc - m) of the keys j..j+W-1 of a row, 0 at and past `live`.
 inline vf weights(const float* s, int j, int live, vf sc, vf m) {
   const int n = live - j;
   if (n <= 0) return vzero();
-  const vf x = vexp2(vfms(vld(s + j), sc, m));
+  const vf x = vexp2_bf16(vfms(vld(s + j), sc, m));
   return n >= W ? x : vkeep(vlive_n(n), x);
 }
 
@@ -200,6 +213,26 @@ struct RowState {
   float* o;
 };
 
+// The largest (kMin: smallest) of s[j] over j < live, live > 0.
+template <bool kMin>
+inline float extreme(const float* s, int live) {
+  const vf far = vset(kMin ? -ninf() : ninf());
+  vf x = far;
+  int j = 0;
+  for (; j + W <= live; j += W) x = kMin ? _mm512_min_ps(x, vld(s + j)) : vmax(x, vld(s + j));
+  if (j < live) {
+    const vf y = _mm512_mask_loadu_ps(far, vlive_n(live - j), s + j);
+    x = kMin ? _mm512_min_ps(x, y) : vmax(x, y);
+  }
+  return kMin ? _mm512_reduce_min_ps(x) : vhmax(x);
+}
+// The largest of s[j] sc over j < live (live > 0) with one multiplication per row: the
+// largest score times sc when sc >= 0, the smallest when sc < 0 (rounding is monotone, so
+// this is the largest of the rounded products).
+inline float scaled_max(const float* s, int live, float sc) {
+  return sc < 0.0f ? extreme<true>(s, live) * sc : extreme<false>(s, live) * sc;
+}
+
 // One row of the key block: `live` keys count (the rest of the `keys` get weight 0); the row's
 // bfloat16 weights go to p, o and l are rescaled where the maximum grew.
 void softmax_row(const float* s, int live, int keys, float sc, int cvp, RowState st, bf16* p) {
@@ -208,11 +241,7 @@ void softmax_row(const float* s, int live, int keys, float sc, int cvp, RowState
     return;
   }
   const vf scv = vset(sc);
-  vf mx = vset(ninf());
-  int j = 0;
-  for (; j + W <= live; j += W) mx = vmax(mx, vmul(vld(s + j), scv));
-  if (j < live) mx = vmax(mx, vkeep_or_ninf(vlive_n(live - j), vmul(vld(s + j), scv)));
-  const float old = *st.m, block = vhmax(mx);
+  const float old = *st.m, block = scaled_max(s, live, sc);
   const float now = block > old ? block : old;
   const float safe = now == ninf() ? 0.0f : now;
   if (now != old && *st.l != 0.0f) {
@@ -224,7 +253,7 @@ void softmax_row(const float* s, int live, int keys, float sc, int cvp, RowState
   *st.m = now;
   const vf m = vset(safe);
   vf sum = vzero();
-  for (j = 0; j < keys; j += 32) {
+  for (int j = 0; j < keys; j += 32) {
     const vf lo = weights(s, j, live, scv, m), hi = weights(s, j + W, live, scv, m);
     sum = vadd(sum, vadd(lo, hi));
     _mm512_storeu_si512(p + j, to_bf16(lo, hi));
