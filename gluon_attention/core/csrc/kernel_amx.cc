@@ -76,13 +76,17 @@ inline __m512i row_bf16(const float* row, int c0, int cols) {
   return to_bf16(ld_part(row + c0, cols - c0), ld_part(row + c0 + W, cols - c0 - W));
 }
 
-// Query panel: dst[r * cpad + c] = q[r][c] for live rows r < nq (lanes[r] > 0), else 0.
-void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int cpad, bf16* dst) {
+// Query panel: dst[r * cpad + c] = q[r][c] for live rows r < nq (lanes[r] > 0), else 0;
+// negated (exactly) when `negate`, so that the scores come out negated and a negative scale
+// can be applied as a positive one.
+void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int cpad,
+                  bool negate, bf16* dst) {
+  const __m512i sign = _mm512_set1_epi16(negate ? static_cast<short>(0x8000) : 0);
   for (int r = 0; r < MQ; ++r) {
     const bool live = r < nq && lanes[r] > 0;
     for (int c0 = 0; c0 < cpad; c0 += 32) {
       const __m512i x = live ? row_bf16(q + r * qs, c0, c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + static_cast<long>(r) * cpad + c0, x);
+      _mm512_storeu_si512(dst + static_cast<long>(r) * cpad + c0, _mm512_xor_si512(x, sign));
     }
   }
 }
@@ -205,60 +209,95 @@ inline vf weights(const float* s, int j, int live, vf sc, vf m) {
   return n >= W ? x : vkeep(vlive_n(n), x);
 }
 
-// Running statistics of one query row (base-2 units: m the largest scaled score so far times
-// log2 e, l the sum of 2^(score - m)) and its unnormalised context row o.
-struct RowState {
-  float* m;
-  float* l;
-  float* o;
-};
+// Lane r of the result: op over the 16 lanes of x[r] (op: vmax or vadd). Pairs of vectors are
+// folded into one, halving the lanes per row at each of four levels (3 instructions per fold),
+// which leaves row i + 4 j in lane 4 i + j; a permutation puts the rows in order.
+template <vf (*op)(vf, vf)>
+inline vf fold16(vf x[TR]) {
+  for (int k = 0; k < 8; ++k)
+    x[k] = op(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x44),
+              _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xEE));
+  for (int k = 0; k < 4; ++k)
+    x[k] = op(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x88),
+              _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xDD));
+  for (int k = 0; k < 2; ++k)
+    x[k] = op(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
+              _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
+  const vf y = op(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, y);
+}
 
-// The largest (kMin: smallest) of s[j] over j < live, live > 0.
-template <bool kMin>
-inline float extreme(const float* s, int live) {
-  const vf far = vset(kMin ? -ninf() : ninf());
-  vf x = far;
+// Lane-wise maxima of the live scores of a row (-inf where none).
+inline vf row_max(const float* s, int live) {
+  vf x = vset(ninf());
   int j = 0;
-  for (; j + W <= live; j += W) x = kMin ? _mm512_min_ps(x, vld(s + j)) : vmax(x, vld(s + j));
-  if (j < live) {
-    const vf y = _mm512_mask_loadu_ps(far, vlive_n(live - j), s + j);
-    x = kMin ? _mm512_min_ps(x, y) : vmax(x, y);
-  }
-  return kMin ? _mm512_reduce_min_ps(x) : vhmax(x);
-}
-// The largest of s[j] sc over j < live (live > 0) with one multiplication per row: the
-// largest score times sc when sc >= 0, the smallest when sc < 0 (rounding is monotone, so
-// this is the largest of the rounded products).
-inline float scaled_max(const float* s, int live, float sc) {
-  return sc < 0.0f ? extreme<true>(s, live) * sc : extreme<false>(s, live) * sc;
+  for (; j + W <= live; j += W) x = vmax(x, vld(s + j));
+  if (j < live) x = vmax(x, _mm512_mask_loadu_ps(x, vlive_n(live - j), s + j));
+  return x;
 }
 
-// One row of the key block: `live` keys count (the rest of the `keys` get weight 0); the row's
-// bfloat16 weights go to p, o and l are rescaled where the maximum grew.
-void softmax_row(const float* s, int live, int keys, float sc, int cvp, RowState st, bf16* p) {
+// A row's bfloat16 weights 2^(s[j] sc - m) into p (0 at and past `live`); their sum per lane.
+inline vf row_weights(const float* s, int live, int keys, vf sc, float m, bf16* p) {
   if (live <= 0) {
     memset(p, 0, keys * sizeof(bf16));
-    return;
+    return vzero();
   }
-  const vf scv = vset(sc);
-  const float old = *st.m, block = scaled_max(s, live, sc);
-  const float now = block > old ? block : old;
-  const float safe = now == ninf() ? 0.0f : now;
-  if (now != old && *st.l != 0.0f) {
-    const float alpha = exp2f(old - safe);
-    *st.l *= alpha;
-    const vf a = vset(alpha);
-    for (int c = 0; c < cvp; c += W) vst(st.o + c, vmul(vld(st.o + c), a));
-  }
-  *st.m = now;
-  const vf m = vset(safe);
+  const vf mv = vset(m);
   vf sum = vzero();
   for (int j = 0; j < keys; j += 32) {
-    const vf lo = weights(s, j, live, scv, m), hi = weights(s, j + W, live, scv, m);
+    const vf lo = weights(s, j, live, sc, mv), hi = weights(s, j + W, live, sc, mv);
     sum = vadd(sum, vadd(lo, hi));
     _mm512_storeu_si512(p + j, to_bf16(lo, hi));
   }
-  *st.l += vhsum(sum);
+  return sum;
+}
+
+// Running statistics of 16 query rows (base-2 units: m the largest scaled score so far times
+// log2 e, l the sum of 2^(score - m)) and their unnormalised context rows o (stride cvp).
+struct Rows {
+  float* m;
+  float* l;
+  float* o;
+  int cvp;
+};
+
+// New maxima from the block's largest raw scores (-inf: no live key; sc >= 0, so the largest
+// score gives the largest scaled score): l and the o rows are rescaled where a maximum grew;
+// safe[r] gets row r's maximum, 0 where it is still -inf.
+inline void new_maxima(vf raw, vf sc, Rows st, float* safe) {
+  const vmask some = _mm512_cmp_ps_mask(raw, vset(ninf()), _CMP_NEQ_OQ);
+  const vf old = vld(st.m), now = vmax(old, _mm512_mask_mul_ps(vset(ninf()), some, raw, sc));
+  const vf keep = vkeep_finite(now);
+  const vf l = vld(st.l);
+  const vmask grew = _mm512_cmp_ps_mask(now, old, _CMP_NEQ_UQ) &
+                     _mm512_cmp_ps_mask(l, vzero(), _CMP_NEQ_UQ);
+  const vf alpha = vexp2(vsub(old, keep));
+  vst(st.l, _mm512_mask_mul_ps(l, grew, l, alpha));
+  vst(st.m, now);
+  vst(safe, keep);
+  if (!grew) return;
+  alignas(64) float a[TR];
+  vst(a, alpha);
+  for (int r = 0; r < TR; ++r) {
+    if (!(grew >> r & 1)) continue;
+    float* o = st.o + static_cast<long>(r) * st.cvp;
+    for (int c = 0; c < st.cvp; c += W) vst(o + c, vmul(vld(o + c), vset(a[r])));
+  }
+}
+
+// 16 rows of the key block (scores s, stride KB; sc >= 0): live[r] keys count for row r (the
+// rest of the `keys` get weight 0); their bfloat16 weights go to p (stride KB), m, l and o
+// are updated.
+void softmax_rows(const float* s, const int* live, int keys, float sc, Rows st, bf16* p) {
+  vf part[TR];
+  for (int r = 0; r < TR; ++r) part[r] = row_max(s + r * KB, live[r]);
+  alignas(64) float safe[TR];
+  const vf scv = vset(sc);
+  new_maxima(fold16<vmax>(part), scv, st, safe);
+  for (int r = 0; r < TR; ++r)
+    part[r] = row_weights(s + r * KB, live[r], keys, scv, safe[r], p + r * KB);
+  vst(st.l, vadd(vld(st.l), fold16<vadd>(part)));
 }
 
 // Scratch of one task: packed operands, the block of scores and weights, the panel's state.
@@ -315,15 +354,16 @@ void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
     b.l[r] = 0.0f;
   }
   memset(b.o, 0, static_cast<long>(MQ) * b.cvp * sizeof(float));
-  pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, b.qb);
-  const float sc = t.scale * kLog2e;
+  pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, t.scale < 0.0f, b.qb);
+  const float sc = (t.scale < 0.0f ? -t.scale : t.scale) * kLog2e;
   for (int j0 = 0; j0 < most; j0 += KB) {
     const int keys = static_cast<int>(round_up(imin(KB, most - j0), 32));
     score_block(b.qb, b.kb, b.cpad, j0, keys, b.s);
-    for (int r = 0; r < MQ; ++r) {
-      const RowState st{b.m + r, b.l + r, b.o + static_cast<long>(r) * b.cvp};
-      softmax_row(b.s + r * KB, imin(b.lanes[r] - j0, keys), keys, sc, b.cvp, st,
-                  b.pb + r * KB);
+    int live[MQ];
+    for (int r = 0; r < MQ; ++r) live[r] = imin(b.lanes[r] - j0, keys);
+    for (int r = 0; r < MQ; r += TR) {
+      const Rows st{b.m + r, b.l + r, b.o + static_cast<long>(r) * b.cvp, b.cvp};
+      softmax_rows(b.s + r * KB, live + r, keys, sc, st, b.pb + r * KB);
     }
     context_block(b.pb, b.vb, b.cvp, j0, keys, b.o);
   }
