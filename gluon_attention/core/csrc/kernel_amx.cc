@@ -265,7 +265,7 @@ struct Rows {
 // New maxima from the block's largest raw scores (-inf: no live key; sc >= 0, so the largest
 // score gives the largest scaled score): l and the o rows are rescaled where a maximum grew;
 // safe[r] gets row r's maximum, 0 where it is still -inf.
-inline void new_maxima(vf raw, vf sc, Rows st, float* safe) {
+inline void new_maxima(vf raw, vf sc, const Rows& st, float* safe) {
   const vmask some = _mm512_cmp_ps_mask(raw, vset(ninf()), _CMP_NEQ_OQ);
   const vf old = vld(st.m), now = vmax(old, _mm512_mask_mul_ps(vset(ninf()), some, raw, sc));
   const vf keep = vkeep_finite(now);
@@ -289,7 +289,7 @@ inline void new_maxima(vf raw, vf sc, Rows st, float* safe) {
 // 16 rows of the key block (scores s, stride KB; sc >= 0): live[r] keys count for row r (the
 // rest of the `keys` get weight 0); their bfloat16 weights go to p (stride KB), m, l and o
 // are updated.
-void softmax_rows(const float* s, const int* live, int keys, float sc, Rows st, bf16* p) {
+void softmax_rows(const float* s, const int* live, int keys, float sc, const Rows& st, bf16* p) {
   vf part[TR];
   for (int r = 0; r < TR; ++r) part[r] = row_max(s + r * KB, live[r]);
   alignas(64) float safe[TR];
