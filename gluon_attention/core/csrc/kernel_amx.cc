@@ -228,13 +228,20 @@ inline vf fold16(vf x[TR]) {
   return _mm512_permutexvar_ps(order, y);
 }
 
-// Lane-wise maxima of the live scores of a row (-inf where none).
+// Lane-wise maxima of the live scores of a row (-inf where none); two chains of maxima.
 inline vf row_max(const float* s, int live) {
-  vf x = vset(ninf());
+  vf x = vset(ninf()), y = x;
   int j = 0;
-  for (; j + W <= live; j += W) x = vmax(x, vld(s + j));
+  for (; j + 2 * W <= live; j += 2 * W) {
+    x = vmax(x, vld(s + j));
+    y = vmax(y, vld(s + j + W));
+  }
+  if (j + W <= live) {
+    x = vmax(x, vld(s + j));
+    j += W;
+  }
   if (j < live) x = vmax(x, _mm512_mask_loadu_ps(x, vlive_n(live - j), s + j));
-  return x;
+  return vmax(x, y);
 }
 
 // A row's bfloat16 weights 2^(s[j] sc - m) into p (0 at and past `live`); their sum per lane.
