@@ -5,16 +5,18 @@
 // (arch_prctl ARCH_GET_XCOMP_PERM) and the operator's matmul_dtype attribute is bfloat16
 // (fused_attention.cc). Inputs and outputs stay float32: Q, K and V are rounded to bfloat16
 // (nearest, ties to even) when packed, the scores accumulate in float32, the online softmax
-// runs in float32 as in kernel_body.inc, and the weights P are rounded to bfloat16 for P V
-// (float32 accumulation). The running sums use the unrounded weights. Masking is the float32
-// kernel's: key j counts for query row i only when j < len[i] (weight exactly 0 otherwise),
-// keys at or past the group's longest length are never read, a row of length 0 gets a zero
-// context row and lse -inf.
+// runs in float32 (as in kernel_body.inc, but with an exp2 good to 8.6e-5 relative: the weights
+// P are rounded to bfloat16, a step of 2^-8, for P V with float32 accumulation). The running
+// sums use the unrounded weights. Masking is the float32 kernel's: key j counts for query row
+// i only when j < len[i] (weight exactly 0 otherwise), keys at or past the group's longest
+// length are never read, a row of length 0 gets a zero context row and lse -inf.
 //
 // Layout of the work: panels of MQ = 32 query rows (two tiles of 16 rows); per key block of KB
-// keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax a row at a time
-// (scores stored row-major: keys along the vectors), then O += P V by 2 x 2 tiles (32 queries x
-// 32 channels), O kept in float32 in the panel's buffer between key blocks.
+// keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax on 16 rows at a
+// time (scores stored row-major: keys along the vectors; the rows' maxima and sums folded
+// across the 16 rows into one vector, their running statistics updated as vectors), then
+// O += P V by 2 x 2 tiles (32 queries x 32 channels), O kept in float32 in the panel's buffer
+// between key blocks.
 //
 // A compiler without these instruction sets (gcc before 11) builds this file without the flags
 // (fused_build.py retries so): then only the stubs at the end are compiled, ga::amx_compiled()
@@ -188,124 +190,7 @@ void context_block(const bf16* pb, const bf16* vb, int cvp, int j0, int keys, fl
   }
 }
 
-// 2^t for t <= 0 to bfloat16's precision and a little more: t = n + f with n = floor(t) and
-// f in [0, 1) by VREDUCEPS, 2^f by a degree-3 polynomial with p(0) = 1 (relative error
-// 8.6e-5 in float32 against bfloat16's rounding step of 2^-8), 2^n by VSCALEFPS, which also
-// takes floor(t): subnormal results below 2^-126 (gradual underflow), exactly 0 for t <= -150
-// and for -inf (f = 0 there); NaN stays NaN.
-inline vf vexp2_bf16(vf t) {
-  const vf f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  vf p = vfma(vset(7.7059030e-2f), f, vset(2.2765373e-1f));
-  p = vfma(p, f, vset(6.9511485e-1f));
-  p = vfma(p, f, vset(1.0f));
-  return _mm512_scalef_ps(p, t);
-}
-
-// Weights 2^(s[j] sc - m) of the keys j..j+W-1 of a row, 0 at and past `live`.
-inline vf weights(const float* s, int j, int live, vf sc, vf m) {
-  const int n = live - j;
-  if (n <= 0) return vzero();
-  const vf x = vexp2_bf16(vfms(vld(s + j), sc, m));
-  return n >= W ? x : vkeep(vlive_n(n), x);
-}
-
-// Lane r of the result: op over the 16 lanes of x[r] (op: vmax or vadd). Pairs of vectors are
-// folded into one, halving the lanes per row at each of four levels (3 instructions per fold),
-// which leaves row i + 4 j in lane 4 i + j; a permutation puts the rows in order.
-template <vf (*op)(vf, vf)>
-inline vf fold16(vf x[TR]) {
-  for (int k = 0; k < 8; ++k)
-    x[k] = op(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x44),
-              _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xEE));
-  for (int k = 0; k < 4; ++k)
-    x[k] = op(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x88),
-              _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xDD));
-  for (int k = 0; k < 2; ++k)
-    x[k] = op(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
-              _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
-  const vf y = op(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_ps(order, y);
-}
-
-// Lane-wise maxima of the live scores of a row (-inf where none); two chains of maxima.
-inline vf row_max(const float* s, int live) {
-  vf x = vset(ninf()), y = x;
-  int j = 0;
-  for (; j + 2 * W <= live; j += 2 * W) {
-    x = vmax(x, vld(s + j));
-    y = vmax(y, vld(s + j + W));
-  }
-  if (j + W <= live) {
-    x = vmax(x, vld(s + j));
-    j += W;
-  }
-  if (j < live) x = vmax(x, _mm512_mask_loadu_ps(x, vlive_n(live - j), s + j));
-  return vmax(x, y);
-}
-
-// A row's bfloat16 weights 2^(s[j] sc - m) into p (0 at and past `live`); their sum per lane.
-inline vf row_weights(const float* s, int live, int keys, vf sc, float m, bf16* p) {
-  if (live <= 0) {
-    memset(p, 0, keys * sizeof(bf16));
-    return vzero();
-  }
-  const vf mv = vset(m);
-  vf sum = vzero();
-  for (int j = 0; j < keys; j += 32) {
-    const vf lo = weights(s, j, live, sc, mv), hi = weights(s, j + W, live, sc, mv);
-    sum = vadd(sum, vadd(lo, hi));
-    _mm512_storeu_si512(p + j, to_bf16(lo, hi));
-  }
-  return sum;
-}
-
-// Running statistics of 16 query rows (base-2 units: m the largest scaled score so far times
-// log2 e, l the sum of 2^(score - m)) and their unnormalised context rows o (stride cvp).
-struct Rows {
-  float* m;
-  float* l;
-  float* o;
-  int cvp;
-};
-
-// New maxima from the block's largest raw scores (-inf: no live key; sc >= 0, so the largest
-// score gives the largest scaled score): l and the o rows are rescaled where a maximum grew;
-// safe[r] gets row r's maximum, 0 where it is still -inf.
-inline void new_maxima(vf raw, vf sc, const Rows& st, float* safe) {
-  const vmask some = _mm512_cmp_ps_mask(raw, vset(ninf()), _CMP_NEQ_OQ);
-  const vf old = vld(st.m), now = vmax(old, _mm512_mask_mul_ps(vset(ninf()), some, raw, sc));
-  const vf keep = vkeep_finite(now);
-  const vf l = vld(st.l);
-  const vmask grew = _mm512_cmp_ps_mask(now, old, _CMP_NEQ_UQ) &
-                     _mm512_cmp_ps_mask(l, vzero(), _CMP_NEQ_UQ);
-  const vf alpha = vexp2(vsub(old, keep));
-  vst(st.l, _mm512_mask_mul_ps(l, grew, l, alpha));
-  vst(st.m, now);
-  vst(safe, keep);
-  if (!grew) return;
-  alignas(64) float a[TR];
-  vst(a, alpha);
-  for (int r = 0; r < TR; ++r) {
-    if (!(grew >> r & 1)) continue;
-    float* o = st.o + static_cast<long>(r) * st.cvp;
-    for (int c = 0; c < st.cvp; c += W) vst(o + c, vmul(vld(o + c), vset(a[r])));
-  }
-}
-
-// 16 rows of the key block (scores s, stride KB; sc >= 0): live[r] keys count for row r (the
-// rest of the `keys` get weight 0); their bfloat16 weights go to p (stride KB), m, l and o
-// are updated.
-void softmax_rows(const float* s, const int* live, int keys, float sc, const Rows& st, bf16* p) {
-  vf part[TR];
-  for (int r = 0; r < TR; ++r) part[r] = row_max(s + r * KB, live[r]);
-  alignas(64) float safe[TR];
-  const vf scv = vset(sc);
-  new_maxima(fold16<vmax>(part), scv, st, safe);
-  for (int r = 0; r < TR; ++r)
-    part[r] = row_weights(s + r * KB, live[r], keys, scv, safe[r], p + r * KB);
-  vst(st.l, vadd(vld(st.l), fold16<vadd>(part)));
-}
+#include "amx_softmax.inc"
 
 // Scratch of one task: packed operands, the block of scores and weights, the panel's state.
 struct Buffers {
