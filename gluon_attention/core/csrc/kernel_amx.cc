@@ -237,9 +237,12 @@ void finish_panel(const Task& t, const Buffers& b, int i0, int nq) {
 }
 
 // Rows of floats into the second-level cache ahead of their use: the next panel's queries and
-// this panel's context rows (each 3-4% of the time at L_q = L_m = 384 when left to wait).
-inline void prefetch_rows(const float* p, long ld, int rows, int cols) {
-  for (int r = 0; r < rows; ++r)
+// this panel's context rows (each 3-4% of the time at L_q = L_m = 384 when left to wait),
+// spread over the panel's key blocks (a burst of them stalls on the line fill buffers):
+// rows [r0, r1) of `rows` at block j0 of `most` keys.
+inline void prefetch_rows(const float* p, long ld, int rows, int cols, int j0, int most) {
+  const int blocks = (most + KB - 1) / KB, k = j0 / KB;
+  for (int r = rows * k / blocks; r < rows * (k + 1) / blocks; ++r)
     for (int c = 0; c < cols; c += W)
       _mm_prefetch(reinterpret_cast<const char*>(p + r * ld + c), _MM_HINT_T1);
 }
@@ -256,10 +259,10 @@ void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
   memset(b.o, 0, static_cast<long>(MQ) * b.cvp * sizeof(float));
   pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, t.scale < 0.0f, b.qb);
   const float sc = (t.scale < 0.0f ? -t.scale : t.scale) * kLog2e;
-  prefetch_rows(t.q + (i0 + nq) * t.qs, t.qs, imin(MQ, t.lq - i0 - nq), t.c);
-  prefetch_rows(t.ctx + i0 * t.cs, t.cs, nq, t.cv);
   for (int j0 = 0; j0 < most; j0 += KB) {
     const int keys = static_cast<int>(round_up(imin(KB, most - j0), 32));
+    prefetch_rows(t.q + (i0 + nq) * t.qs, t.qs, imin(MQ, t.lq - i0 - nq), t.c, j0, most);
+    prefetch_rows(t.ctx + i0 * t.cs, t.cs, nq, t.cv, j0, most);
     score_block(b.qb, b.kb, b.cpad, j0, keys, b.s);
     int live[MQ];
     for (int r = 0; r < MQ; ++r) live[r] = imin(b.lanes[r] - j0, keys);
