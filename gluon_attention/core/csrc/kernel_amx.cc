@@ -6,7 +6,7 @@
 // (fused_attention.cc). Inputs and outputs stay float32: Q, K and V are rounded to bfloat16
 // (nearest, ties to even) when packed, the scores accumulate in float32, the online softmax
 // runs in float32 (as in kernel_body.inc, but with an exp2 good to 8.6e-5 relative: the weights
-// P are rounded to bfloat16, a step of 2^-8, for P V with float32 accumulation). The running
+// P are rounded to bfloat16, up to 2^-8 relative, for P V with float32 accumulation). The running
 // sums use the unrounded weights. Masking is the float32 kernel's: key j counts for query row
 // i only when j < len[i] (weight exactly 0 otherwise), keys at or past the group's longest
 // length are never read, a row of length 0 gets a zero context row and lse -inf.
