@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 
+import mxnet as mx
 import numpy as onp
 import pytest
 from mxnet import autograd, np
@@ -136,6 +137,46 @@ def test_bfloat16_cell_runs_the_tiles_and_float32_backward():
         onp.testing.assert_allclose(x.grad.asnumpy(), want, rtol=0,
                                     atol=3e-2 * onp.abs(want).max(), err_msg='d' + name)
 
+
+
+def raw_op(q, key, v, lengths, scale):
+    """The operator itself (NKT): (context (B, L_q, K C_v), log-sum-exp (B, K, L_q))."""
+    out = getattr(mx.nd, fused.OP_NAME)(
+        *(mx.nd.array(x, dtype='float32') for x in (q, key, v, lengths)), layout='NKT',
+        scale=repr(scale), with_length=1, matmul_dtype='bfloat16')
+    return out[0].asnumpy(), out[1].asnumpy()
+
+
+@needs_amx
+def test_bfloat16_large_growing_scores_negative_scale_and_log_sum_exp():
+    """Scores up to 15 whose row maxima grow from one 256-key block to the next (the running
+    sums and context rows are rescaled twice), a negative scale (given to the operator
+    directly; scale -s on q is scale s on -q) and rows of length 0: the context within the
+    weight-rounding bound of the float64 oracle on the bfloat16-rounded inputs, and the saved
+    log-sum-exp (read by the float32 backward pass) within 2e-4 of that oracle's, finite
+    exactly where the row has a key (the weights' exp2 has relative error 8.6e-5)."""
+    rng = onp.random.RandomState(8)
+    b, heads, lq, lm, c = 2, 2, 37, 600, 64
+    up = onp.zeros(c)
+    up[0] = 6.0
+    q = (rng.normal(size=(b, heads, lq, c)) + up).astype('float32')
+    key = rng.normal(size=(b, heads, lm, c)) - onp.linspace(0, 2, lm)[:, None] * up
+    key, v = key.astype('float32'), rng.normal(size=(b, heads, lm, 40)).astype('float32')
+    lengths = rng.randint(0, lm + 1, size=(b, lq))
+    lengths[0, :2] = 0
+    lengths[1, :3] = lm
+    ctx, lse = raw_op(q, key, v, lengths, -0.125)
+    want, bound = oracle(-q, key, v, lengths, 'NKT')
+    assert (onp.abs(ctx - want) <= bound).all(), float((onp.abs(ctx - want) - bound).max())
+    scores = -0.125 * onp.matmul(to_bf16(q).astype('float64'),
+                               onp.swapaxes(to_bf16(key).astype('float64'), -1, -2))
+    live = onp.arange(lm) < lengths[:, None, :, None]                 # (B, 1, L_q, L_m)
+    top = onp.where(live, scores, -onp.inf).max(-1, keepdims=True)
+    with onp.errstate(invalid='ignore', divide='ignore'):
+        exact = onp.log(onp.where(live, onp.exp(scores - top), 0).sum(-1)) + top[..., 0]
+    assert ((lengths == 0)[:, None, :] == onp.isneginf(lse)).all()
+    finite = onp.isfinite(exact)
+    assert onp.abs(lse[finite] - exact[finite]).max() <= 2e-4
 
 NOT_TAKEN = textwrap.dedent('''
     import json, os

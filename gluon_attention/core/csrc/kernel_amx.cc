@@ -5,16 +5,18 @@
 // (arch_prctl ARCH_GET_XCOMP_PERM) and the operator's matmul_dtype attribute is bfloat16
 // (fused_attention.cc). Inputs and outputs stay float32: Q, K and V are rounded to bfloat16
 // (nearest, ties to even) when packed, the scores accumulate in float32, the online softmax
-// runs in float32 as in kernel_body.inc, and the weights P are rounded to bfloat16 for P V
-// (float32 accumulation). The running sums use the unrounded weights. Masking is the float32
-// kernel's: key j counts for query row i only when j < len[i] (weight exactly 0 otherwise),
-// keys at or past the group's longest length are never read, a row of length 0 gets a zero
-// context row and lse -inf.
+// runs in float32 (as in kernel_body.inc, but with an exp2 good to 8.6e-5 relative: the weights
+// P are rounded to bfloat16, up to 2^-8 relative, for P V with float32 accumulation). The running
+// sums use the unrounded weights. Masking is the float32 kernel's: key j counts for query row
+// i only when j < len[i] (weight exactly 0 otherwise), keys at or past the group's longest
+// length are never read, a row of length 0 gets a zero context row and lse -inf.
 //
 // Layout of the work: panels of MQ = 32 query rows (two tiles of 16 rows); per key block of KB
-// keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax a row at a time
-// (scores stored row-major: keys along the vectors), then O += P V by 2 x 2 tiles (32 queries x
-// 32 channels), O kept in float32 in the panel's buffer between key blocks.
+// keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax on 16 rows at a
+// time (scores stored row-major: keys along the vectors; the rows' maxima and sums folded
+// across the 16 rows into one vector, their running statistics updated as vectors), then
+// O += P V by 2 x 2 tiles (32 queries x 32 channels), O kept in float32 in the panel's buffer
+// between key blocks.
 //
 // A compiler without these instruction sets (gcc before 11) builds this file without the flags
 // (fused_build.py retries so): then only the stubs at the end are compiled, ga::amx_compiled()
@@ -76,13 +78,17 @@ inline __m512i row_bf16(const float* row, int c0, int cols) {
   return to_bf16(ld_part(row + c0, cols - c0), ld_part(row + c0 + W, cols - c0 - W));
 }
 
-// Query panel: dst[r * cpad + c] = q[r][c] for live rows r < nq (lanes[r] > 0), else 0.
-void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int cpad, bf16* dst) {
+// Query panel: dst[r * cpad + c] = q[r][c] for live rows r < nq (lanes[r] > 0), else 0;
+// negated (exactly) when `negate`, so that the scores come out negated and a negative scale
+// can be applied as a positive one.
+void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int cpad,
+                  bool negate, bf16* dst) {
+  const __m512i sign = _mm512_set1_epi16(negate ? static_cast<short>(0x8000) : 0);
   for (int r = 0; r < MQ; ++r) {
     const bool live = r < nq && lanes[r] > 0;
     for (int c0 = 0; c0 < cpad; c0 += 32) {
       const __m512i x = live ? row_bf16(q + r * qs, c0, c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + static_cast<long>(r) * cpad + c0, x);
+      _mm512_storeu_si512(dst + static_cast<long>(r) * cpad + c0, _mm512_xor_si512(x, sign));
     }
   }
 }
@@ -184,53 +190,7 @@ void context_block(const bf16* pb, const bf16* vb, int cvp, int j0, int keys, fl
   }
 }
 
-// Weights 2^(s[j] sc - m) of the keys j..j+W-1 of a row, 0 at and past `live`.
-inline vf weights(const float* s, int j, int live, vf sc, vf m) {
-  const int n = live - j;
-  if (n <= 0) return vzero();
-  const vf x = vexp2(vfms(vld(s + j), sc, m));
-  return n >= W ? x : vkeep(vlive_n(n), x);
-}
-
-// Running statistics of one query row (base-2 units: m the largest scaled score so far times
-// log2 e, l the sum of 2^(score - m)) and its unnormalised context row o.
-struct RowState {
-  float* m;
-  float* l;
-  float* o;
-};
-
-// One row of the key block: `live` keys count (the rest of the `keys` get weight 0); the row's
-// bfloat16 weights go to p, o and l are rescaled where the maximum grew.
-void softmax_row(const float* s, int live, int keys, float sc, int cvp, RowState st, bf16* p) {
-  if (live <= 0) {
-    memset(p, 0, keys * sizeof(bf16));
-    return;
-  }
-  const vf scv = vset(sc);
-  vf mx = vset(ninf());
-  int j = 0;
-  for (; j + W <= live; j += W) mx = vmax(mx, vmul(vld(s + j), scv));
-  if (j < live) mx = vmax(mx, vkeep_or_ninf(vlive_n(live - j), vmul(vld(s + j), scv)));
-  const float old = *st.m, block = vhmax(mx);
-  const float now = block > old ? block : old;
-  const float safe = now == ninf() ? 0.0f : now;
-  if (now != old && *st.l != 0.0f) {
-    const float alpha = exp2f(old - safe);
-    *st.l *= alpha;
-    const vf a = vset(alpha);
-    for (int c = 0; c < cvp; c += W) vst(st.o + c, vmul(vld(st.o + c), a));
-  }
-  *st.m = now;
-  const vf m = vset(safe);
-  vf sum = vzero();
-  for (j = 0; j < keys; j += 32) {
-    const vf lo = weights(s, j, live, scv, m), hi = weights(s, j + W, live, scv, m);
-    sum = vadd(sum, vadd(lo, hi));
-    _mm512_storeu_si512(p + j, to_bf16(lo, hi));
-  }
-  *st.l += vhsum(sum);
-}
+#include "amx_softmax.inc"
 
 // Scratch of one task: packed operands, the block of scores and weights, the panel's state.
 struct Buffers {
@@ -276,6 +236,17 @@ void finish_panel(const Task& t, const Buffers& b, int i0, int nq) {
   }
 }
 
+// Rows of floats into the second-level cache ahead of their use: the next panel's queries and
+// this panel's context rows (each 3-4% of the time at L_q = L_m = 384 when left to wait),
+// spread over the panel's key blocks (a burst of them stalls on the line fill buffers):
+// rows [r0, r1) of `rows` at block j0 of `most` keys.
+inline void prefetch_rows(const float* p, long ld, int rows, int cols, int j0, int most) {
+  const int blocks = (most + KB - 1) / KB, k = j0 / KB;
+  for (int r = rows * k / blocks; r < rows * (k + 1) / blocks; ++r)
+    for (int c = 0; c < cols; c += W)
+      _mm_prefetch(reinterpret_cast<const char*>(p + r * ld + c), _MM_HINT_T1);
+}
+
 // The query rows [i0, i0 + nq) against every key they attend.
 void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
   int most = 0;
@@ -286,15 +257,18 @@ void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
     b.l[r] = 0.0f;
   }
   memset(b.o, 0, static_cast<long>(MQ) * b.cvp * sizeof(float));
-  pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, b.qb);
-  const float sc = t.scale * kLog2e;
+  pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, t.scale < 0.0f, b.qb);
+  const float sc = (t.scale < 0.0f ? -t.scale : t.scale) * kLog2e;
   for (int j0 = 0; j0 < most; j0 += KB) {
     const int keys = static_cast<int>(round_up(imin(KB, most - j0), 32));
+    prefetch_rows(t.q + (i0 + nq) * t.qs, t.qs, imin(MQ, t.lq - i0 - nq), t.c, j0, most);
+    prefetch_rows(t.ctx + i0 * t.cs, t.cs, nq, t.cv, j0, most);
     score_block(b.qb, b.kb, b.cpad, j0, keys, b.s);
-    for (int r = 0; r < MQ; ++r) {
-      const RowState st{b.m + r, b.l + r, b.o + static_cast<long>(r) * b.cvp};
-      softmax_row(b.s + r * KB, imin(b.lanes[r] - j0, keys), keys, sc, b.cvp, st,
-                  b.pb + r * KB);
+    int live[MQ];
+    for (int r = 0; r < MQ; ++r) live[r] = imin(b.lanes[r] - j0, keys);
+    for (int r = 0; r < MQ; r += TR) {
+      const Rows st{b.m + r, b.l + r, b.o + static_cast<long>(r) * b.cvp, b.cvp};
+      softmax_rows(b.s + r * KB, live + r, keys, sc, st, b.pb + r * KB);
     }
     context_block(b.pb, b.vb, b.cvp, j0, keys, b.o);
   }
