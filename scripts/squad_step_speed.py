@@ -21,7 +21,8 @@ interpreter writes one in a temporary folder, which needs gluonnlp):
 
     .venv/bin/python scripts/squad_step_speed.py --impl gluonnlp --shape base --threads 2
 
-Prints one JSON line, with ``shape`` and ``amx``: whether this process's library (ours and
+``--profile FILE`` (ours, gluonnlp) writes MXNet's profiler table of the timed steps (each
+operator's count and summed time, ``aggregate_stats``) to FILE. Prints one JSON line, with ``shape`` and ``amx``: whether this process's library (ours and
 gluonnlp, MXNet's oneDNN: ``gluon_attention.hardware``; torch: ``torch.cpu._init_amx``) may use
 AMX tiles.
 """
@@ -57,6 +58,9 @@ def parse_args(argv=None):
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--threads', type=int, default=0)
     p.add_argument('--model-dir', default=None)
+    p.add_argument('--profile', default=None, metavar='FILE',
+                   help="ours and gluonnlp: write MXNet's profiler table (operator times "
+                        'summed over the timed steps, aggregate_stats) to FILE')
     return p.parse_args(argv)
 
 
@@ -141,6 +145,17 @@ def _torch(args, ids, spans):
     return step
 
 
+def _start_profiler(path):
+    """MXNet's profiler, running with aggregate statistics (None without ``path``)."""
+    if not path:
+        return None
+    import mxnet as mx
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                           filename=path + '.trace.json')
+    mx.profiler.set_state('run')
+    return mx.profiler
+
+
 def main(argv=None):
     args = parse_args(argv)
     threads = args.threads or os.cpu_count() or 1
@@ -157,6 +172,9 @@ def _measure(args, threads):
     ids[:, 0] = 101
     start = rng.randint(20, args.seq_length - 10, size=args.batch_size)
     spans = (start, start + rng.randint(0, 5, size=args.batch_size))
+    if args.profile and args.impl == 'torch':
+        raise SystemExit('--profile times MXNet operators: --impl ours, ours-composed or '
+                         'gluonnlp')
     if args.impl == 'gluonnlp':
         from gluon_attention.hardware import amx_in_use
         from jobs.bench.step_010 import gluonnlp_step
@@ -166,11 +184,16 @@ def _measure(args, threads):
         step = (_torch if args.impl == 'torch' else _ours)(args, ids, spans)
     for _ in range(args.warmup):
         step()
+    profiler = _start_profiler(args.profile)
     times = []
     for _ in range(args.steps):
         begin = time.perf_counter()
         step()
         times.append(time.perf_counter() - begin)
+    if profiler:
+        profiler.set_state('stop')
+        with open(args.profile, 'w') as f:
+            f.write(profiler.dumps(reset=True))
     median = sorted(times)[len(times) // 2]
     print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads,
                       'shape': args.shape,
