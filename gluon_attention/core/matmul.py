@@ -154,10 +154,9 @@ def fully_connected(x, weight, bias, num_hidden, matmul_dtype='float32'):
     if matmul_dtype == 'float32':
         return F.npx.fully_connected(x, weight, bias, no_bias=bias is None,
                                      num_hidden=num_hidden, flatten=False)
-    # weight and bias through a reshape to their own shape first (a view: no copy forward;
-    # its backward adds into the gradient): amp_cast's backward ignores grad_req='add' (it
-    # leaves the gradient untouched), which the training engine sets on every parameter
-    operands = [_cast(F, a if a is x else F.npx.reshape(a, (-4,)), BFLOAT16)
+    # weight and bias through MXNet's copy first: amp_cast's backward ignores grad_req='add'
+    # (it leaves the gradient untouched), which the training engine sets on every parameter
+    operands = [_cast(F, a if a is x else F.np.copy(a), BFLOAT16)
                 for a in (x, weight, bias) if a is not None]
     out = F.npx.fully_connected(*operands, no_bias=bias is None, num_hidden=num_hidden,
                                 flatten=False)
