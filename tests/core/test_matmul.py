@@ -215,4 +215,3 @@ def test_parameter_gradients_accumulate_under_grad_req_add(matmul_dtype, mode):
     onp.testing.assert_allclose(twice[2], 2 * once[2], rtol=1e-6, atol=1e-6)
     onp.testing.assert_allclose(twice[3], 2 * once[3], rtol=1e-6, atol=1e-6)
     assert abs(once[2]).max() > 0.1
-
