@@ -53,7 +53,8 @@ def adamw_update(weight, grad, mean, var, rescale_grad, lr, eta, beta1=0.9, beta
     weight, grad, mean, var : float32 mx.nd arrays on a CPU, one shape (any)
         ``grad`` is left unchanged.
     rescale_grad : float
-        0 or not finite: nothing changes (MXNet's rule).
+        Rounded to float32 (as MXNet's operator reads it from a float32 array); 0 or not
+        finite: nothing changes (MXNet's rule).
     lr, eta, beta1, beta2, epsilon, wd, clip_gradient : float
         As MXNet's operator takes them (``lr`` the bias correction, ``eta`` the learning rate
         in :class:`jobs.engine.optim.AdamW`).
@@ -72,6 +73,9 @@ def adamw_update(weight, grad, mean, var, rescale_grad, lr, eta, beta1=0.9, beta
     if not available():
         raise RuntimeError(_fused.load_error())
     _float32_cpu(weight=weight, grad=grad, mean=mean, var=var)
+    # rescale_grad as MXNet's operator reads it, from a float32 (1,) array; the other scalars
+    # as the same decimal text MXNet's attributes get
+    rescale_grad = float(onp.float32(rescale_grad))
     scalars = dict(rescale_grad=rescale_grad, lr=lr, eta=eta, beta1=beta1, beta2=beta2,
                    epsilon=epsilon, wd=wd, clip_gradient=clip_gradient)
     if not math.isfinite(rescale_grad):        # the operator's rule, without parsing 'nan'

@@ -37,7 +37,7 @@ def both(arrays, steps, **scalars):
 
 def random_scalars(rng, clip=-1.0):
     step = int(rng.randint(1, 5000))
-    return dict(rescale_grad=float(1 / rng.randint(1, 64)),
+    return dict(rescale_grad=float(1 / rng.uniform(1, 64)),     # as batch / clipping factor
                 lr=math.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step),
                 eta=float(rng.uniform(1e-6, 1e-3)), beta1=0.9, beta2=0.999, epsilon=1e-6,
                 wd=float(rng.choice([0.0, 0.01])), clip_gradient=clip)
