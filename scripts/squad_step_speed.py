@@ -21,7 +21,10 @@ interpreter writes one in a temporary folder, which needs gluonnlp):
 
     .venv/bin/python scripts/squad_step_speed.py --impl gluonnlp --shape base --threads 2
 
-Prints one JSON line, with ``shape`` and ``amx``: whether this process's library (ours and
+``--alternate`` (ours) times float32 and bfloat16 products in one process, their steps
+alternated, for a ratio that a changing load disturbs less than separate processes do.
+``--profile FILE`` (ours, gluonnlp) writes MXNet's profiler table of the timed steps (each
+operator's count and summed time, ``aggregate_stats``) to FILE. Prints one JSON line, with ``shape`` and ``amx``: whether this process's library (ours and
 gluonnlp, MXNet's oneDNN: ``gluon_attention.hardware``; torch: ``torch.cpu._init_amx``) may use
 AMX tiles.
 """
@@ -57,6 +60,13 @@ def parse_args(argv=None):
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--threads', type=int, default=0)
     p.add_argument('--model-dir', default=None)
+    p.add_argument('--profile', default=None, metavar='FILE',
+                   help="ours and gluonnlp: write MXNet's profiler table (operator times "
+                        'summed over the timed steps, aggregate_stats) to FILE')
+    p.add_argument('--alternate', action='store_true',
+                   help='ours: build the model with float32 and with bfloat16 products in '
+                        'this process and alternate their steps (--steps rounds); prints both '
+                        'medians and their ratio')
     return p.parse_args(argv)
 
 
@@ -141,6 +151,17 @@ def _torch(args, ids, spans):
     return step
 
 
+def _start_profiler(path):
+    """MXNet's profiler, running with aggregate statistics (None without ``path``)."""
+    if not path:
+        return None
+    import mxnet as mx
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                           filename=path + '.trace.json')
+    mx.profiler.set_state('run')
+    return mx.profiler
+
+
 def main(argv=None):
     args = parse_args(argv)
     threads = args.threads or os.cpu_count() or 1
@@ -150,13 +171,52 @@ def main(argv=None):
         return _measure(args, threads)
 
 
-def _measure(args, threads):
+def _batch(args):
+    """(token ids (B, T), (start, end) gold spans) of the timed batch."""
     import numpy as onp
     rng = onp.random.RandomState(0)
     ids = rng.randint(1000, 20000, size=(args.batch_size, args.seq_length)).astype('int64')
     ids[:, 0] = 101
     start = rng.randint(20, args.seq_length - 10, size=args.batch_size)
-    spans = (start, start + rng.randint(0, 5, size=args.batch_size))
+    return ids, (start, start + rng.randint(0, 5, size=args.batch_size))
+
+
+def _alternate(args, threads):
+    """--alternate: float32 and bfloat16 products in one process, their steps alternated
+    (the order swapped every round), so both see the same load; one JSON line."""
+    ids, spans = _batch(args)
+    steps = {}
+    for dtype in ('float32', 'bfloat16'):
+        args.matmul_dtype = dtype
+        steps[dtype] = _ours(args, ids, spans)
+        for _ in range(args.warmup):
+            steps[dtype]()
+    times = {dtype: [] for dtype in steps}
+    for round_ in range(args.steps):
+        for dtype in sorted(steps, reverse=bool(round_ % 2)):
+            begin = time.perf_counter()
+            steps[dtype]()
+            times[dtype].append(time.perf_counter() - begin)
+    median = {dtype: sorted(t)[len(t) // 2] for dtype, t in times.items()}
+    print(json.dumps({'impl': args.impl, 'matmul_dtype': 'alternate', 'threads': threads,
+                      'shape': args.shape, 'batch_size': args.batch_size,
+                      'seq_length': args.seq_length, 'rounds': args.steps,
+                      'median_step_seconds': {d: round(m, 3) for d, m in median.items()},
+                      'bfloat16_speedup': round(median['float32'] / median['bfloat16'], 3),
+                      'amx': args.amx}))
+    return 0
+
+
+def _measure(args, threads):
+    if args.profile and args.impl == 'torch':
+        raise SystemExit('--profile times MXNet operators: --impl ours, ours-composed or '
+                         'gluonnlp')
+    if args.alternate:
+        if args.impl not in ('ours', 'ours-composed'):
+            raise SystemExit('--alternate runs our two product dtypes: --impl ours or '
+                             'ours-composed')
+        return _alternate(args, threads)
+    ids, spans = _batch(args)
     if args.impl == 'gluonnlp':
         from gluon_attention.hardware import amx_in_use
         from jobs.bench.step_010 import gluonnlp_step
@@ -166,11 +226,16 @@ def _measure(args, threads):
         step = (_torch if args.impl == 'torch' else _ours)(args, ids, spans)
     for _ in range(args.warmup):
         step()
+    profiler = _start_profiler(args.profile)
     times = []
     for _ in range(args.steps):
         begin = time.perf_counter()
         step()
         times.append(time.perf_counter() - begin)
+    if profiler:
+        profiler.set_state('stop')
+        with open(args.profile, 'w') as f:
+            f.write(profiler.dumps(reset=True))
     median = sorted(times)[len(times) // 2]
     print(json.dumps({'impl': args.impl, 'matmul_dtype': args.matmul_dtype, 'threads': threads,
                       'shape': args.shape,

@@ -20,7 +20,7 @@ file per instruction set, each with its own compiler flags) against the headers 
 Graphs exported with it name that operator: load them after ``import gluon_attention`` (or
 ``mx.library.load(gluon_attention.fused.library_path())``). The same library holds the
 row-wise operators of :mod:`gluon_attention.core.fused_rowwise` (:data:`LIBRARY_OPS` lists
-them all). Loading the library and probing the CPU: :mod:`gluon_attention.core.fused_library`
+those a graph may name) and the AdamW update of :mod:`gluon_attention.core.fused_adamw`. Loading the library and probing the CPU: :mod:`gluon_attention.core.fused_library`
 (re-exported here).
 
 bfloat16: ``matmul_dtype='bfloat16'`` (``Kernels(attention='fused', matmul_dtype='bfloat16')``)

@@ -23,6 +23,7 @@ _CSRC = pathlib.Path(__file__).parent / 'csrc'
 # own flags: code compiled for AVX-512 must never run on an AVX2-only CPU.
 _UNITS = (('fused_attention.cc', ()),
           ('fused_rowwise.cc', ()),
+          ('fused_adamw.cc', ()),
           ('kernel_avx2.cc', ('-mavx2', '-mfma')),
           ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
                                 '-mfma')),

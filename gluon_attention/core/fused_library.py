@@ -15,7 +15,8 @@ __all__ = ['OP_NAME', 'LIBRARY_OPS', 'ISA_ENV', 'load', 'isa', 'cpu_features', '
            'available', 'runs_on', 'refuse_off_cpu', 'amx_problem']
 
 OP_NAME = 'ga_fused_attention'
-# Every operator of the library (the row-wise ones: gluon_attention.core.fused_rowwise); a graph
+# Every operator of the library a graph may name (the row-wise ones: fused_rowwise; not the
+# AdamW update of fused_adamw, which runs outside graphs); a graph
 # naming any of them needs the library loaded before it is read.
 LIBRARY_OPS = (OP_NAME, 'ga_add_layer_norm', 'ga_bias_gelu')
 ISA_ENV = 'GA_FUSED_ISA'

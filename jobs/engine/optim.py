@@ -1,7 +1,9 @@
 """AdamW as a registered MXNet optimizer, for ``gluon.Trainer`` (``Trainer(params, 'adamw', ...)``).
 
-Adam with decoupled weight decay (Loshchilov & Hutter 2019) and bias correction, one call of
-MXNet's fused ``adamw_update`` operator per parameter. Per-parameter learning-rate and decay
+Adam with decoupled weight decay (Loshchilov & Hutter 2019) and bias correction, one fused
+update per parameter: float32 parameters on a CPU run the kernel library's threaded
+``ga_adamw_update`` (:mod:`gluon_attention.core.fused_adamw`: MXNet's arithmetic to the bit, on
+every thread instead of one), others MXNet's ``adamw_update`` operator. Per-parameter learning-rate and decay
 multipliers are the Gluon ones (``Parameter.lr_mult``, ``Parameter.wd_mult``); biases and
 LayerNorm ``gamma``/``beta`` are not decayed (a name pattern, :data:`NO_DECAY`).
 
@@ -24,8 +26,10 @@ import math
 import re
 
 import mxnet as mx
+import numpy as onp
 
 from gluon_attention import checks
+from gluon_attention.core import fused_adamw
 
 __all__ = ['AdamW', 'NO_DECAY']
 
@@ -110,8 +114,20 @@ class AdamW(mx.optimizer.Optimizer):
             wd = 0.0
         weight, grad = _classic(weight), _classic(grad)
         mean, var = state
-        mx.nd.contrib.adamw_update(
-            weight, grad, mean, var, rescale_grad=self._rescale_array(weight.context),
-            lr=math.sqrt(1 - self.beta2 ** step) / (1 - self.beta1 ** step),
-            eta=self._get_lr(index), beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
-            wd=wd, clip_gradient=self.clip_gradient or -1.0, out=weight)
+        scalars = dict(lr=math.sqrt(1 - self.beta2 ** step) / (1 - self.beta1 ** step),
+                       eta=self._get_lr(index), beta1=self.beta1, beta2=self.beta2,
+                       epsilon=self.epsilon, wd=wd, clip_gradient=self.clip_gradient or -1.0)
+        if _threaded(weight, grad):
+            fused_adamw.adamw_update(weight, grad, mean, var, float(self.rescale_grad),
+                                     **scalars)
+        else:
+            mx.nd.contrib.adamw_update(weight, grad, mean, var, out=weight,
+                                       rescale_grad=self._rescale_array(weight.context),
+                                       **scalars)
+
+
+def _threaded(weight, grad):
+    """Whether the library's threaded update (the same numbers as MXNet's adamw_update)
+    serves these arrays: float32 on a CPU, the kernel library loadable."""
+    return (weight.dtype == grad.dtype == onp.float32 and weight.context.device_type == 'cpu'
+            and fused_adamw.available())

@@ -20,7 +20,7 @@ from gluon_attention.data.squad_decode import best_span, decode_predictions
 from gluon_attention.compat.attend import dot, fill_context_mask, mask3d
 from gluon_attention.core.functional import (dot_attn_score, l2_normalize,
                                              select_vectors_by_position)
-from gluon_attention.core import fused
+from gluon_attention.core import fused, fused_adamw
 from gluon_attention.core.matmul import require_matmul_dtype
 from gluon_attention.export import export_and_check, export_block, import_block
 from gluon_attention.models.encoder import BertEncoder
@@ -602,6 +602,12 @@ BAD = [
     ('export_and_check-dtype-before-running', lambda: export_and_check(
         _called_dense(), 'x', [[onp.ones((1, 3))]], ['a'], ['text']), ValueError,
      ["input_dtypes[0]='text'"]),
+    ('adamw_update-float16-grad', lambda: fused_adamw.adamw_update(
+        mx.nd.zeros(3), mx.nd.zeros(3, dtype='float16'), mx.nd.zeros(3), mx.nd.zeros(3), 1.0,
+        1.0, 1e-3), TypeError, ['grad must be a float32 mx.nd array on a CPU', 'float16']),
+    ('adamw_update-shapes-differ', lambda: fused_adamw.adamw_update(
+        mx.nd.zeros(3), mx.nd.zeros(4), mx.nd.zeros(3), mx.nd.zeros(3), 1.0, 1.0, 1e-3),
+     ValueError, ['weight, grad, mean and var must have one shape', "'grad': (4,)"]),
 ]
 
 

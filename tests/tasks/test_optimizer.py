@@ -8,6 +8,8 @@ import pytest
 from mxnet import autograd, gluon
 
 from conftest import tol
+from gluon_attention.core import fused_adamw
+from jobs.engine import optim
 from jobs.engine.optim import NO_DECAY, AdamW
 
 BETAS, EPS = (0.9, 0.999), 1e-6
@@ -71,3 +73,31 @@ def test_adamw_in_trainer_matches_float64_oracle(no_decay):
 def test_adamw_rejects_bad_hyperparameters(kwargs, error, match):
     with pytest.raises(error, match=match + r'.*Received: ' + match):
         AdamW(**kwargs)
+
+
+@pytest.mark.skipif(not fused_adamw.available(), reason='fused kernel library not built')
+def test_threaded_update_gives_mxnets_parameters_bit_for_bit(monkeypatch):
+    """Five trainer steps (clipping, decay, lr_mult) with the library's threaded update and
+    with MXNet's adamw_update leave the same float32 parameters and moments, bit for bit."""
+    runs = []
+    for threaded in (True, False):
+        monkeypatch.setattr(optim, '_threaded', lambda w, g, on=threaded: on)
+        net = _small_net()
+        mx.random.seed(0)
+        net.initialize(mx.init.Normal(0.5), force_reinit=True)
+        params = list(net.collect_params().values())
+        params[-2].lr_mult = 2.5
+        trainer = gluon.Trainer(params, 'adamw', {'learning_rate': 0.1, 'wd': 0.2,
+                                                  'clip_gradient': 0.3})
+        rng = onp.random.RandomState(0)
+        for lr in (0.05, 0.02, 0.01, 0.03, 0.004):
+            with autograd.record():
+                loss = (net(mx.np.array(rng.normal(size=(6, 5)).astype('float32'))) ** 2).sum()
+            loss.backward()
+            trainer.set_learning_rate(lr)
+            trainer.step(6)
+        states = trainer._updaters[0].states  # pylint: disable=protected-access
+        runs.append([p.data().asnumpy() for p in params] +
+                    [s.asnumpy() for i in sorted(states) for s in states[i]])
+    for threaded, theirs in zip(*runs):
+        onp.testing.assert_array_equal(threaded, theirs)
