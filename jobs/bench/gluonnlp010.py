@@ -19,9 +19,9 @@ import numpy as onp
 from gluon_attention.convert import ARCHITECTURES, from_gluonnlp, to_gluonnlp
 
 __all__ = ['FUSED_OPS', 'SIZE_KEYS', 'legacy', 'build_010', 'gluonnlp_bert', 'folder_to_010',
-           'load_010', 'fused_op_names', 'fuse_010', 'RECIPE_010', 'CLIP_010', 'Collector010',
-           'quantize_010', 'graph_nodes', 'quantized_counts', 'threshold_names', 'threshold_coverage',
-           'legacy_runner', 'nd_inputs']
+           'load_010', 'fused_op_names', 'fuse_010', 'RECIPE_010', 'CLIP_010', 'FUSED_GELU',
+           'Collector010', 'quantize_010', 'graph_nodes', 'quantized_counts', 'threshold_names',
+           'threshold_coverage', 'legacy_runner', 'nd_inputs']
 
 FUSED_OPS = ('_sg_mkldnn_selfatt_qk', '_sg_mkldnn_selfatt_valatt')
 SIZE_KEYS = ('num_layers', 'units', 'hidden_size', 'num_heads', 'max_length')
@@ -125,13 +125,15 @@ def fuse_010(net, arrays, static_shape=True):
 class Collector010:
     """The calibration collector of 0.10's recipe: the wheel's
     ``gluonnlp.calibration.BertLayerCollector`` (min and max of every ``*_output``, LayerNorm
-    outputs' min clipped at ``clip_min``, GELU outputs' max at ``clip_max``), plus its GELU rule
-    under the name MXNet 1.9.1 gives the GELU fused into its dense layer (:data:`FUSED_GELU`),
-    where ``gelu`` (the model's feed-forward activation is GELU). ``min_max_dict``: {output
-    name: (min, max)}, the thresholds ``quantize_net_v2`` reads."""
+    outputs' min clipped at ``clip_min``, GELU outputs' max at ``clip_max``), plus that GELU
+    rule under the name MXNet 1.9.1 gives a GELU fused into its dense layer
+    (:data:`FUSED_GELU`), which the wheel's rule does not match; ``gelu``: whether the model's
+    fused activations are GELUs (not ERNIE's ReLU). ``min_max_dict``: {output name: (min,
+    max)}, the thresholds ``quantize_net_v2`` reads."""
 
     def __init__(self, clip_min, clip_max, gelu=True):
-        from gluonnlp.calibration import BertLayerCollector  # pylint: disable=import-outside-toplevel
+        # pylint: disable-next=import-outside-toplevel
+        from gluonnlp.calibration import BertLayerCollector
         self.wheel = BertLayerCollector(clip_min=clip_min, clip_max=clip_max)
         self.min_max_dict = self.wheel.min_max_dict
         self.gelu = gelu

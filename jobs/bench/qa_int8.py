@@ -47,7 +47,8 @@ from .gluonnlp010 import (CLIP_010, folder_to_010, fuse_010, legacy, load_010, n
                           quantize_010, quantized_counts, threshold_coverage,
                           threshold_names)
 
-__all__ = ['CONFIG', 'CALIBRATION_FILE', 'CALIBRATION_BATCH', 'calibration_inputs', 'runner_010', 'qa_int8_rows']
+__all__ = ['CONFIG', 'CALIBRATION_FILE', 'CALIBRATION_BATCH', 'calibration_inputs', 'runner_010',
+           'qa_int8_rows']
 
 CONFIG = 'bert_models_qa_int8'
 CALIBRATION_FILE = 'cs224n-16articles'      # the SQuAD job's default training file
