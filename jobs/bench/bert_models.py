@@ -17,8 +17,9 @@ forward only, the sequence output waited for. Rows (``impl``):
   ``_valatt``) becomes oneDNN's ``_sg_mkldnn_selfatt_qk`` / ``_valatt``, checked in the
   partitioned graph (RuntimeError when absent);
 * ``gluonnlp_0.10_int8``: the 0.10 model quantized by ``quantize_net_v2`` with oneDNN's
-  ``MKLDNN_QUANTIZE`` pass, calibrated on two other random batches (its QKV projection stays
-  float32: see :func:`_int8_runner`);
+  ``MKLDNN_QUANTIZE`` pass as 0.10's own scripts do (:func:`~jobs.bench.gluonnlp010.quantize_010`:
+  every dense layer and self-attention product, weights per output channel, 0.10's calibration
+  collector), calibrated on two other random batches (see :func:`_int8_runner`);
 * ``gluonnlp_0.10``: the 0.10 model hybridized without a backend, at BERT-base T=128 only;
 * at BERT-base, given ``onnx`` (:mod:`~jobs.bench.bert_onnx`): ``ours_exported`` (our exported
   QA graph, encoder + conditional head under random heads), ``ours_int8`` (its ONNX file
@@ -115,14 +116,13 @@ def _gluonnlp_runner(model_name, sizes, vocab_size, params, inputs, fused):
 
 
 def _int8_runner(model_name, sizes, vocab_size, params, inputs, calibration_batches=2):
-    """0.10's model quantized by :func:`~jobs.bench.gluonnlp010.quantize_010` (its QKV
-    projection float32), calibrated on ``calibration_batches`` other random batches of the
-    same shape."""
+    """0.10's model quantized by :func:`~jobs.bench.gluonnlp010.quantize_010`, calibrated on
+    ``calibration_batches`` other random batches of the same shape."""
     calibration = [onp.concatenate(x) for x in zip(*[
         bert_inputs(inputs[0].shape[1], vocab_size, seed=1 + i, batch=len(inputs[0]))
         for i in range(calibration_batches)])]
-    quantized = quantize_010(load_010(model_name, sizes, vocab_size, params), calibration,
-                             len(inputs[0]))
+    quantized, _ = quantize_010(load_010(model_name, sizes, vocab_size, params), calibration,
+                                len(inputs[0]))
     return legacy_runner(quantized, nd_inputs(inputs))
 
 

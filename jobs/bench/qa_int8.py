@@ -14,11 +14,13 @@ features, each padded to its own longest feature), every batch run by every row 
 * ``ours_int8``: its ONNX file optimized and quantized as ``run_squad.py quantize`` does (per
   output channel, the head too), in ONNX Runtime;
 * ``gluonnlp_0.10_int8``: the 0.10 ``BERTModel`` quantized by ``quantize_net_v2`` with
-  oneDNN's ``MKLDNN_QUANTIZE`` pass (:func:`jobs.bench.gluonnlp010.quantize_010`: naive min/max
-  calibration on ``calibration_features`` features of the training file, padded to one length;
-  its QKV projection stays float32, which MXNet 1.9.1 cannot quantize in 0.10's graph), its
-  sequence output then read by the folder's head in float32 (0.10 has no conditional head:
-  the span classifier of its SQuAD model is a plain start/end head);
+  oneDNN's ``MKLDNN_QUANTIZE`` pass as 0.10's own SQuAD script does
+  (:func:`jobs.bench.gluonnlp010.quantize_010`: every layer it can, weights per output
+  channel, 0.10's calibration collector with its clipping), calibrated on
+  ``calibration_features`` features of the training file (0.10's default: 10 batches of 24)
+  padded to one length, in batches of :data:`CALIBRATION_BATCH`; its sequence output then
+  read by the folder's head in float32 (0.10 has no conditional head: the span classifier of
+  its SQuAD model is a plain start/end head);
 * ``gluonnlp_0.10_onednn`` (``with_float32_010``): the 0.10 model fused by oneDNN, under the
   same float32 head (a check of the conversion: its answers are ours).
 
@@ -41,13 +43,16 @@ from gluon_attention.models.qa import decode_heads
 
 from . import qa
 from .bert_models import INT8, REFERENCE, rows_of
-from .gluonnlp010 import (folder_to_010, fuse_010, legacy, load_010, nd_inputs, quantize_010,
-                          quantized_counts)
+from .gluonnlp010 import (CLIP_010, folder_to_010, fuse_010, legacy, load_010, nd_inputs,
+                          quantize_010, quantized_counts, threshold_coverage,
+                          threshold_names)
 
-__all__ = ['CONFIG', 'CALIBRATION_FILE', 'calibration_inputs', 'runner_010', 'qa_int8_rows']
+__all__ = ['CONFIG', 'CALIBRATION_FILE', 'CALIBRATION_BATCH', 'calibration_inputs', 'runner_010',
+           'qa_int8_rows']
 
 CONFIG = 'bert_models_qa_int8'
 CALIBRATION_FILE = 'cs224n-16articles'      # the SQuAD job's default training file
+CALIBRATION_BATCH = 24                      # 0.10's finetune_squad.py: --test_batch_size
 _NAMES = ('input_ids', 'token_types', 'valid_length')
 
 
@@ -79,23 +84,34 @@ def runner_010(net, model, top_n=qa.TOP_N):
 def _runners_010(folder, model_dir, model, calibration, batches, with_float32):
     """{row: run(batch)} of the 0.10 rows and the lines saying which are left out."""
     loaded = folder_to_010(model_dir, os.path.join(folder, 'net.params'))
-    made, skipped = {}, []
+    made = {}
     if with_float32:
         net = fuse_010(load_010(*loaded), nd_inputs([batches[0][n] for n in _NAMES]),
                        static_shape=False)
         made[REFERENCE] = runner_010(net, model)
     try:
-        quantized = quantize_010(load_010(*loaded), calibration, len(batches[0]['input_ids']),
-                                 static_shape=False)
+        quantized, thresholds = quantize_010(load_010(*loaded), calibration,
+                                             min(CALIBRATION_BATCH, len(calibration[0])),
+                                             static_shape=False)
     except mx.base.MXNetError as err:
         lines = [line for line in str(err).splitlines() if line.strip()]
         return made, ['{}: no {} row: quantize_net_v2 failed: {}'.format(
             CONFIG, INT8, lines[-1] if lines else err)]
     made[INT8] = runner_010(quantized, model)
+    return made, [_quantized_line(quantized, thresholds)]
+
+
+def _quantized_line(quantized, thresholds):
+    """The printed line saying what 0.10's INT8 graph ``quantized`` runs in INT8 and which of
+    its nodes had a calibration threshold in ``thresholds`` (how many of them clipped)."""
     counts = quantized_counts(quantized)
-    return made, ['{}: {} runs {} of {} dense layers and {} of {} self-attention products in '
-                  'INT8 (the QKV projections stay float32)'.format(
-                      CONFIG, INT8, *counts['dense'], *counts['attention'])]
+    covered, total, missing = threshold_coverage(quantized, thresholds)
+    used = [thresholds[name] for name in threshold_names(quantized) if name in thresholds]
+    clipped = sum(low == CLIP_010[0] or high == CLIP_010[1] for low, high in used)
+    return ('{}: {} runs {} of {} dense layers and {} of {} self-attention products in INT8; '
+            'calibration thresholds for {} of its {} INT8 nodes ({} clipped){}'.format(
+                CONFIG, INT8, *counts['dense'], *counts['attention'], covered, total, clipped,
+                ', none for ' + ', '.join(missing) if missing else ''))
 
 
 def _ours(folder, model_dir, model, batches, threads):
@@ -111,7 +127,7 @@ def _ours(folder, model_dir, model, batches, threads):
 
 
 def qa_int8_rows(model_dir, threads, rounds=1, warmup=1, max_questions=0, batch_size=32,
-                 data_dir=None, calibration_features=64, with_float32_010=False):
+                 data_dir=None, calibration_features=240, with_float32_010=False):
     """Rows of the ``bert_models_qa_int8`` configuration (see the module docstring).
 
     ``model_dir``: a fine-tuned model folder ('' or None, or a folder without a QA head: no

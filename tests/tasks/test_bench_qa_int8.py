@@ -30,9 +30,12 @@ def test_rows_answer_the_questions_and_0_10_float32_keeps_our_answers(tmp_path, 
     assert by_impl['ours_int8']['ratio'][bert_models.INT8] == pytest.approx(
         by_impl[bert_models.INT8]['median_s'] / by_impl['ours_int8']['median_s'])
     printed = capsys.readouterr().out
-    # one layer: 3 dense layers of 4 quantized (QKV float32), both attention products
-    assert ('bert_models_qa_int8: gluonnlp_0.10_int8 runs 3 of 4 dense layers and 2 of 2 '
-            'self-attention products in INT8') in printed
+    # one layer: its 4 dense layers (QKV included) and both attention products; thresholds for
+    # the input quantizations of the embedding's and the attention's LayerNorm outputs and the
+    # softmax, and the outputs of the 4 dense layers and 2 products
+    assert ('bert_models_qa_int8: gluonnlp_0.10_int8 runs 4 of 4 dense layers and 2 of 2 '
+            'self-attention products in INT8; calibration thresholds for 9 of its 9 INT8 nodes'
+            ) in printed
 
 
 def test_calibration_features_are_training_features_padded_to_one_length():
