@@ -31,7 +31,9 @@
 #include <thread>
 #include <vector>
 
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -457,15 +459,24 @@ const ga::Kernels* ga::chosen_kernels() {
 
 void ga::parallel(int workers, const std::function<void(int)>& work) {
   const char* pool = std::getenv("GA_THREAD_POOL");
-  if (workers > 1 && pool && std::strcmp(pool, "std") == 0) {
+#ifdef _OPENMP
+  const bool started = pool && std::strcmp(pool, "std") == 0;
+#else
+  const bool started = true;  // built without OpenMP: threads started for the call
+#endif
+  if (workers > 1 && started) {
     std::vector<std::thread> threads;
     for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
     work(0);
     for (auto& th : threads) th.join();
     return;
   }
+#ifdef _OPENMP
 #pragma omp parallel num_threads(workers)
   work(omp_get_thread_num());
+#else
+  work(0);
+#endif
 }
 
 int ga::num_threads() {
