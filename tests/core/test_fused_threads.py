@@ -1,9 +1,9 @@
-"""The fused operators' worker threads: the OpenMP team of the calling thread (the default) and
-threads started for each call (``GA_THREAD_POOL=std``) give the same numbers, bit for bit,
-forward and backward, at several thread counts: the work is split the same way (row chunks,
-(batch, head) groups), and the parameter gradients are summed in chunk order, not in the order
-the threads finish. The float64 oracles of test_fused.py and test_fused_rowwise.py check the
-numbers themselves (with OMP_NUM_THREADS=3 there, on the default team)."""
+"""The fused operators' worker threads: the OpenMP thread pool of the calling thread (the
+default) and threads started for each call (``GA_THREAD_POOL=std``) give the same numbers, bit
+for bit, forward and backward, at several thread counts: the work is split the same way (row
+chunks, (batch, head) groups), and the parameter gradients are summed in chunk order, not in
+the order the threads finish. The float64 oracles of test_fused.py and test_fused_rowwise.py
+check the numbers themselves (with OMP_NUM_THREADS=3 there, on the default pool)."""
 import numpy as onp
 import pytest
 
@@ -15,16 +15,16 @@ pytestmark = pytest.mark.skipif(not fused.available(), reason='fused kernel libr
 
 
 def both_pools(monkeypatch, threads, run):
-    """``run()`` on the OpenMP team and on started threads, ``threads`` workers each."""
+    """``run()`` on the OpenMP thread pool and on started threads, ``threads`` workers each."""
     monkeypatch.setenv('OMP_NUM_THREADS', threads)
     monkeypatch.delenv('GA_THREAD_POOL', raising=False)
-    team = run()
+    pooled = run()
     monkeypatch.setenv('GA_THREAD_POOL', 'std')
-    return team, run()
+    return pooled, run()
 
 
-def assert_identical(team, started):
-    for i, (a, b) in enumerate(zip(team, started)):
+def assert_identical(pooled, started):
+    for i, (a, b) in enumerate(zip(pooled, started)):
         assert a.shape == b.shape and onp.array_equal(a, b), 'output {}: max |diff| {}'.format(
             i, float(abs(a - b).max()))
 
@@ -33,10 +33,10 @@ def assert_identical(team, started):
 def test_rowwise_operators_same_on_both_pools(monkeypatch, threads):
     """200 rows of D=384: 4 chunks of 64 rows, so every worker has one."""
     x, res, gamma, beta, head = inputs(onp.random.RandomState(7), (4, 50), 384)
-    team, started = both_pools(monkeypatch, threads, lambda: run_layer_norm(
+    pooled, started = both_pools(monkeypatch, threads, lambda: run_layer_norm(
         x, res, gamma, beta, head, 1e-12) + run_gelu(x * 4, gamma, head))
-    assert_identical(team, started)
-    assert onp.isfinite(team[0]).all() and abs(team[0]).max() > 0
+    assert_identical(pooled, started)
+    assert onp.isfinite(pooled[0]).all() and abs(pooled[0]).max() > 0
 
 
 @pytest.mark.parametrize('threads', ['2', '3'])
