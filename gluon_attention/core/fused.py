@@ -9,7 +9,12 @@ per-thread buffer; the backward pass recomputes each block's weights from the sa
 log-sum-exp (the FlashAttention scheme, Dao et al. 2022, arXiv:2205.14135). The matrix
 products run on register tiles for the CPU's instruction set: AVX-512 (F/BW/DQ/VL) where the
 CPU has it, AVX2/FMA otherwise, chosen once when the library loads (:func:`isa` says which;
-``GA_FUSED_ISA=avx2`` forces the AVX2 path, e.g. to compare them).
+``GA_FUSED_ISA=avx2`` forces the AVX2 path, e.g. to compare them). The work of a call
+(``OMP_NUM_THREADS`` workers, else one per hardware thread) runs on the OpenMP thread pool of the
+calling thread, the runtime MXNet's own oneDNN products use (one set of threads: none started
+per call, none competing with the OpenMP workers that spin after each product);
+``GA_THREAD_POOL=std``, read at each call, starts threads for the call instead (the same
+numbers, bit for bit).
 
 The kernel is an MXNet 1.9.1 *custom operator library* (``mx.library.load``), operator
 ``ga_fused_attention``, compiled from ``gluon_attention/core/csrc/`` (the operator, one kernel

@@ -60,7 +60,8 @@ def _compile_all(compiler, include, lib_api, workdir):
     """Compile every unit to an object file in ``workdir`` (two at a time); returns their paths.
 
     Raises FileNotFoundError when the compiler cannot run, RuntimeError when it fails."""
-    base = [compiler, '-c', '-fPIC', '-O3', '-std=c++17', '-pthread', '-I', str(include)]
+    base = [compiler, '-c', '-fPIC', '-O3', '-std=c++17', '-pthread', '-fopenmp', '-I',
+            str(include)]
     jobs = [(str(_CSRC / name), flags) for name, flags in _UNITS] + [(str(lib_api), ())]
     objects, running = [], []
     for i, (source, flags) in enumerate(jobs):
@@ -148,7 +149,7 @@ def build(compiler=None, force=False, quiet=False):
             if name in _ISA_NAMESPACE:
                 _check_isa_object(obj, _ISA_NAMESPACE[name])
         tmp = os.path.join(workdir, target.name)
-        cmd = [compiler, '-shared', '-pthread'] + objects + ['-o', tmp]
+        cmd = [compiler, '-shared', '-pthread', '-fopenmp'] + objects + ['-o', tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode:
             raise RuntimeError('linking the fused attention kernel failed:\n{}\n{}'.format(

@@ -31,10 +31,14 @@
 #include <thread>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kernel_api.h"
+#include "parallel.h"
 #include "mxnet/lib_api.h"
 
 using namespace mxnet::ext;
@@ -320,10 +324,7 @@ MXReturnValue for_each_group(const Geometry& g, const Lengths& length, const ga:
       if (!(kern->*pass)(t, &spaces[w])) ok = false;
     }
   };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < workers; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (auto& th : pool) th.join();
+  ga::parallel(workers, work);
   if (ok) return MX_SUCCESS;
   MX_ERROR_MSG << "ga_fused_attention: out of memory for the per-thread block buffers";
   return MX_FAIL;
@@ -454,6 +455,28 @@ MXReturnValue infer_shape(const std::unordered_map<std::string, std::string>& at
 const ga::Kernels* ga::chosen_kernels() {
   static const ga::Kernels* chosen = choose_kernels();
   return chosen;
+}
+
+void ga::parallel(int workers, const std::function<void(int)>& work) {
+  const char* pool = std::getenv("GA_THREAD_POOL");
+#ifdef _OPENMP
+  const bool started = pool && std::strcmp(pool, "std") == 0;
+#else
+  const bool started = true;  // built without OpenMP: threads started for the call
+#endif
+  if (workers > 1 && started) {
+    std::vector<std::thread> threads;
+    for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (auto& th : threads) th.join();
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(workers)
+  work(omp_get_thread_num());
+#else
+  work(0);
+#endif
 }
 
 int ga::num_threads() {

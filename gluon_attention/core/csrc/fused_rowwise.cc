@@ -19,10 +19,10 @@
 #include <atomic>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernel_api.h"
+#include "parallel.h"
 #include "mxnet/lib_api.h"
 
 using namespace mxnet::ext;
@@ -63,10 +63,7 @@ void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, flo
       kernel(mine, c * kChunk, std::min(rows, (c + 1) * kChunk));
     }
   };
-  std::vector<std::thread> pool;
-  for (long w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  ga::parallel(static_cast<int>(workers), [&](int) { work(); });
   if (!sums) return;
   for (long j = 0; j < t.d; ++j) {
     double g = 0.0, b = 0.0;
