@@ -57,11 +57,12 @@ from . import layout as _layout
 from ._ops import get_F
 from .fused_build import build, library_path
 from .fused_library import (ISA_ENV, LIBRARY_OPS, OP_NAME, _isa_problem,  # noqa: F401
-                            amx_problem, available, cpu_features, isa, load, load_error,
-                            refuse_off_cpu, runs_on)
+                            amx_problem, available, bf16_convert_isa, cpu_features, isa,
+                            load, load_error, refuse_off_cpu, runs_on)
 
 __all__ = ['available', 'runs_on', 'library_path', 'build', 'load', 'load_error',
            'check_fused_inputs', 'refuse_off_cpu', 'isa', 'cpu_features', 'amx_problem',
+           'bf16_convert_isa',
            'OP_NAME', 'LIBRARY_OPS', 'MATMUL_DTYPES']
 
 #: The ``matmul_dtype`` choices of the kernel's two products.

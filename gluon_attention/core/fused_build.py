@@ -24,18 +24,27 @@ _CSRC = pathlib.Path(__file__).parent / 'csrc'
 _UNITS = (('fused_attention.cc', ()),
           ('fused_rowwise.cc', ()),
           ('fused_adamw.cc', ()),
+          # bfloat16 tensors through lib_api.cc (see _LIB_API_FLAGS), the conversions' choice
+          ('bf16_io.cc', ()),
           ('kernel_avx2.cc', ('-mavx2', '-mfma')),
           ('kernel_avx512.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl', '-mavx2',
                                 '-mfma')),
           # the bfloat16 forward pass on AMX tiles: run only where the CPU has them and Linux
           # granted the tile state (ga_fused_amx_problem), chosen at every call
           ('kernel_amx.cc', ('-mavx512f', '-mavx512bw', '-mavx512dq', '-mavx512vl',
-                             '-mavx512bf16', '-mamx-tile', '-mamx-bf16', '-mavx2', '-mfma')))
+                             '-mavx512bf16', '-mamx-tile', '-mamx-bf16', '-mavx2', '-mfma')),
+          # float32 -> bfloat16 with AVX512-BF16's instruction: chosen where the CPU has it
+          ('kernel_bf16.cc', ('-mavx512f', '-mavx512bw', '-mavx512vl', '-mavx512bf16')))
 _ISA_NAMESPACE = {'kernel_avx2.cc': 'ga_avx2', 'kernel_avx512.cc': 'ga_avx512',
-                  'kernel_amx.cc': 'ga_amx'}
+                  'kernel_amx.cc': 'ga_amx', 'kernel_bf16.cc': 'ga_bf16'}
 # Instruction sets a compiler may not know (gcc before 11: AMX): a unit that fails with them is
 # compiled again without them, and then builds only stubs that the operator never chooses.
-_OPTIONAL_FLAGS = {'kernel_amx.cc': ('-mavx512bf16', '-mamx-tile', '-mamx-bf16')}
+_OPTIONAL_FLAGS = {'kernel_amx.cc': ('-mavx512bf16', '-mamx-tile', '-mamx-bf16'),
+                   'kernel_bf16.cc': ('-mavx512bf16',)}
+# MXNet's lib_api.cc builds no tensor of bfloat16's type code for a compute function: its
+# _opCallFCompute is compiled under another name, and bf16_io.cc's _opCallFCompute hands the
+# bfloat16 tensors to it under another 2-byte code (csrc/bf16_io.h).
+_LIB_API_FLAGS = ('-D_opCallFCompute=ga_lib_api_fcompute',)
 
 
 def library_path():
@@ -62,7 +71,8 @@ def _compile_all(compiler, include, lib_api, workdir):
     Raises FileNotFoundError when the compiler cannot run, RuntimeError when it fails."""
     base = [compiler, '-c', '-fPIC', '-O3', '-std=c++17', '-pthread', '-fopenmp', '-I',
             str(include)]
-    jobs = [(str(_CSRC / name), flags) for name, flags in _UNITS] + [(str(lib_api), ())]
+    jobs = [(str(_CSRC / name), flags) for name, flags in _UNITS] + [(str(lib_api),
+                                                                      _LIB_API_FLAGS)]
     objects, running = [], []
     for i, (source, flags) in enumerate(jobs):
         obj = os.path.join(workdir, '{}.o'.format(i))

@@ -12,7 +12,7 @@ from .. import _checks
 from .fused_build import library_path
 
 __all__ = ['OP_NAME', 'LIBRARY_OPS', 'ISA_ENV', 'load', 'isa', 'cpu_features', 'load_error',
-           'available', 'runs_on', 'refuse_off_cpu', 'amx_problem']
+           'available', 'runs_on', 'refuse_off_cpu', 'amx_problem', 'bf16_convert_isa']
 
 OP_NAME = 'ga_fused_attention'
 # Every operator of the library a graph may name (the row-wise ones: fused_rowwise; not the
@@ -103,6 +103,18 @@ def amx_problem():
     lib = ctypes.CDLL(str(library_path()))
     lib.ga_fused_amx_problem.restype = ctypes.c_char_p
     return lib.ga_fused_amx_problem().decode() or None
+
+
+def bf16_convert_isa():
+    """The instruction set of the fused operators' bfloat16 conversions: ``'avx512bf16'`` (its
+    rounding instruction, where the AVX-512 kernels run on a CPU with AVX512-BF16),
+    ``'avx512'`` or ``'avx2'`` (a vectorised integer rounding, to nearest even alike); None when
+    the library is not loadable."""
+    if not load():
+        return None
+    lib = ctypes.CDLL(str(library_path()))
+    lib.ga_bf16_convert_isa.restype = ctypes.c_char_p
+    return lib.ga_bf16_convert_isa().decode() or None
 
 
 def load_error():

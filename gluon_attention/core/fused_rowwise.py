@@ -1,5 +1,5 @@
 """Fused residual + LayerNorm and bias + GELU: one pass over the rows instead of a chain of
-operators, forward and backward (CPU, float32).
+operators, forward and backward (CPU, float32; bfloat16 data forward only).
 
 Two operators of the fused kernel library (:mod:`gluon_attention.core.fused`; the same build,
 the same instruction-set choice): ``ga_add_layer_norm`` computes ``LayerNorm(data + residual)``
@@ -8,6 +8,14 @@ pass in one sweep each, recomputing the row statistics instead of storing them; 
 computes ``gelu(data + bias)``, the erf form of GELU (Hendrycks and Gimpel, 2016), with the
 normal CDF from formula 7.1.26 of Abramowitz and Stegun (1964) (absolute error below 1.5e-7,
 about one float32 rounding of the result).
+
+bfloat16 (inference): ``data`` (and ``residual``) may be bfloat16 arrays (``BFLOAT16`` of
+:mod:`gluon_attention.core.matmul`; legacy arrays through ``as_np_ndarray()``), with float32
+``gamma``, ``beta`` and ``bias``: each row is widened to float32, computed as a float32 row is and
+rounded to the nearest bfloat16 (ties to even; the AVX512-BF16 instruction where the CPU has
+it, which takes subnormal float32 results as 0). The output is then bfloat16. There is no
+backward pass for bfloat16 data (the operators refuse it; imperatively a call under
+``autograd.record()`` is refused first).
 
 In the composed form (``fused=False``; for the blocks ``Kernels(rowwise='composed')``) the same
 functions and blocks are MXNet's own ``+``,
@@ -28,7 +36,7 @@ from .. import _checks
 from . import fused as _fused
 from ._ops import get_F
 from .kernels import Kernels, from_legacy
-from .matmul import MatmulChoice, fully_connected
+from .matmul import BFLOAT16, MatmulChoice, fully_connected
 
 __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAYER_NORM_OP',
            'BIAS_GELU_OP']
@@ -36,20 +44,30 @@ __all__ = ['add_layer_norm', 'bias_gelu', 'ResidualLayerNorm', 'DenseGELU', 'LAY
 LAYER_NORM_OP, BIAS_GELU_OP = _fused.LIBRARY_OPS[1:]
 
 
+def _dtype_name(dtype):
+    return 'bfloat16' if dtype == BFLOAT16 else str(dtype)
+
+
 def _check_rows(data, **vectors_and_same):
-    """Imperative checks of the fused operators: float32 mx.np arrays on a CPU, data (..., D)
-    with D >= 1, the named vectors (D,), ``residual`` data's shape."""
+    """Imperative checks of the fused operators: mx.np arrays on a CPU, data (..., D) float32
+    or bfloat16 with D >= 1 (bfloat16 not under ``autograd.record()``), the named vectors
+    float32 (D,), ``residual`` data's shape and dtype."""
     if _checks.is_symbol(data):
         return
     for name, x in dict(data=data, **vectors_and_same).items():
         if x is None:
             continue
-        if not isinstance(x, mx.np.ndarray) or x.dtype != 'float32' or \
-                x.ctx.device_type != 'cpu':
-            _checks.fail_type('{} must be a float32 mx.np array on a CPU for the fused '
-                              'operator'.format(name), **{name: '{} {} on {}'.format(
-                                  type(x).__name__, getattr(x, 'dtype', None),
+        want = {'data': 'float32 or bfloat16', 'residual': _dtype_name(data.dtype)}.get(
+            name, 'float32')
+        if not isinstance(x, mx.np.ndarray) or _dtype_name(x.dtype) not in want.split(' or ') \
+                or x.ctx.device_type != 'cpu':
+            _checks.fail_type('{} must be a {} mx.np array on a CPU for the fused '
+                              'operator'.format(name, want), **{name: '{} {} on {}'.format(
+                                  type(x).__name__, _dtype_name(getattr(x, 'dtype', None)),
                                   getattr(x, 'ctx', None))})
+    if data.dtype == BFLOAT16 and mx.autograd.is_recording():
+        _checks.fail('the fused operators have no backward pass for bfloat16 data: call them '
+                     'outside autograd.record() or with float32 data', data='bfloat16')
     if data.ndim < 1 or data.shape[-1] < 1:
         _checks.fail('data must have a last axis D >= 1', **{'data.shape': data.shape})
     for name, x in vectors_and_same.items():
@@ -75,18 +93,18 @@ def add_layer_norm(data, gamma, beta, residual=None, eps=1e-5, fused=True):
 
     Parameters
     ----------
-    data : float32 (..., D)
+    data : float32 or bfloat16 (..., D)
     gamma, beta : float32 (D,)
-    residual : float32, data's shape, or None (then ``LayerNorm(data)``)
+    residual : data's dtype and shape, or None (then ``LayerNorm(data)``)
     eps : float
         Added to the (biased) variance.
     fused : bool
-        One ``ga_add_layer_norm`` operator (CPU, float32); False: MXNet's ``+`` and
-        ``layer_norm``.
+        One ``ga_add_layer_norm`` operator (CPU; bfloat16 data: forward only, see the module
+        docstring); False: MXNet's ``+`` and ``layer_norm``.
 
     Returns
     -------
-    out : float32 (..., D)
+    out : data's dtype (..., D)
 
     Notes
     -----
@@ -100,8 +118,9 @@ def add_layer_norm(data, gamma, beta, residual=None, eps=1e-5, fused=True):
     RuntimeError
         ``fused`` and the kernel library is not built or not loadable.
     TypeError, ValueError
-        ``fused`` and (imperatively) inputs that are not float32 CPU mx.np arrays of those
-        shapes.
+        ``fused`` and (imperatively) inputs that are not CPU mx.np arrays of those dtypes and
+        shapes (TypeError for the array or its dtype); bfloat16 data under
+        ``autograd.record()`` (ValueError).
     """
     F = get_F(data)
     if not fused:
@@ -120,11 +139,11 @@ def bias_gelu(data, bias, fused=True):
 
     Parameters
     ----------
-    data : float32 (..., D)
+    data : float32 or bfloat16 (..., D)
     bias : float32 (D,)
     fused : bool
-        One ``ga_bias_gelu`` operator (CPU, float32); False: MXNet's ``+`` and
-        ``leaky_relu(act_type='gelu')``.
+        One ``ga_bias_gelu`` operator (CPU; bfloat16 data: forward only); False: MXNet's ``+``
+        and ``leaky_relu(act_type='gelu')``.
 
     Notes
     -----
@@ -132,7 +151,7 @@ def bias_gelu(data, bias, fused=True):
 
     Returns
     -------
-    out : float32 (..., D)
+    out : data's dtype (..., D)
 
     Raises
     ------

@@ -1,22 +1,32 @@
-"""Inference graphs whose dense products run in bfloat16, from a saved float32 graph.
+"""Inference graphs that run in bfloat16 between their dense products, from a saved float32
+graph.
 
 :func:`bfloat16_products` rewrites an MXNet graph (its JSON) so that every ``FullyConnected``
-node reads a bfloat16 input (an ``amp_cast`` inserted before it), bfloat16 weight and bias, and
-hands a float32 result on (an ``amp_cast`` after it): oneDNN multiplies bfloat16 operands with
-float32 accumulation, on AMX tiles where :mod:`gluon_attention.hardware` granted them. Every
-other operator (LayerNorm, GELU, softmax, attention, the heads) keeps its float32 inputs; the
-fused attention nodes get ``matmul_dtype='bfloat16'`` (their forward products on AMX tiles where
-:func:`gluon_attention.core.fused.amx_problem` is None, as the encoders'
-``matmul_dtype='bfloat16'`` runs them). The
-weights and biases read only by those products become bfloat16 parameters, cast once when the
-graph is built, so that no call casts them again (``matmul_dtype='bfloat16'`` of
-:mod:`gluon_attention.core.matmul`, built for training, casts the float32 parameters on every
-call); a parameter that another operator also reads stays float32 and is cast in the graph. The
-files on disk stay float32: the conversion happens when the graph is loaded.
+node reads bfloat16 activations, weight and bias and writes bfloat16 (oneDNN multiplies bfloat16
+operands with float32 accumulation, on AMX tiles where :mod:`gluon_attention.hardware` granted
+them), and the activations stay bfloat16 from one product to the next wherever every operator
+on the way reads bfloat16: the fused operators of the kernel library (``ga_bias_gelu``,
+``ga_add_layer_norm``, ``ga_fused_attention``, which compute in float32 inside and round their
+output to bfloat16) and the operators that only copy or reshape (``_np_copy``, ``_npx_reshape``,
+``Reshape``, ``_copy``). A bfloat16 activation is cast to float32 (``amp_cast``, once per
+activation) before any other operator (the heads' softmax, masking, MXNet's own LayerNorm,
+``arange_like``, whose positions past 256 bfloat16 cannot hold) and before the graph's outputs,
+which stay float32; a float32 activation is cast to bfloat16 where it first meets a product or a
+fused operator in bfloat16 (the embeddings). The fused attention nodes also get
+``matmul_dtype='bfloat16'`` (their products on AMX tiles where
+:func:`gluon_attention.core.fused.amx_problem` is None, reading bfloat16 as it is). The weights
+and biases read only by products become bfloat16 parameters, cast once when the graph is built
+(``matmul_dtype='bfloat16'`` of :mod:`gluon_attention.core.matmul`, built for training, casts
+the float32 parameters on every call); a parameter that another operator also reads stays
+float32 and is cast in the graph, and the fused operators' gamma, beta and bias stay float32.
+The files on disk stay float32: the conversion happens when the graph is loaded.
 
-Numerics: each product's operands are rounded to bfloat16 (8 bits of mantissa, nearest even),
-its sum accumulated in float32 and its result rounded to bfloat16 (oneDNN's bfloat16 output),
-then widened to float32 -- the products of ``matmul_dtype='bfloat16'``.
+Numerics: each product's operands are bfloat16 (8 bits of mantissa), its sum accumulated in
+float32 and its result rounded to bfloat16 (nearest even); the fused operators widen bfloat16
+to float32, compute as in float32 and round their result to bfloat16; the residual stream
+between layers is therefore bfloat16 (a relative rounding of 2^-9 per layer, as the products'
+own results). MXNet's numpy arrays have no bfloat16 parameters, so the graph runs on legacy
+arrays inside.
 """
 import json
 
@@ -30,10 +40,12 @@ __all__ = ['bfloat16_products', 'Bfloat16Graph']
 
 _PRODUCT = 'FullyConnected'
 _MX_BFLOAT16 = '12'           # MXNet's type code of bfloat16 (a variable's __dtype__)
-
-
-def _cast_node(name, source, dtype):
-    return {'op': 'amp_cast', 'name': name, 'attrs': {'dtype': dtype}, 'inputs': [source]}
+# Operators that read bfloat16 activations at these input slots (all of them bfloat16 when any
+# is) and then write a bfloat16 output 0; the other inputs (lengths, gamma, beta, bias) stay
+# float32. The copies and reshapes pass their input's dtype on.
+_BFLOAT16_SLOTS = {'ga_bias_gelu': (0,), 'ga_add_layer_norm': (0, 3),
+                   _fused.OP_NAME: (0, 1, 2), '_np_copy': (0,), '_npx_reshape': (0,),
+                   'Reshape': (0,), '_copy': (0,)}
 
 
 def _product_only_params(nodes):
@@ -46,32 +58,66 @@ def _product_only_params(nodes):
             and all(op == _PRODUCT and slot > 0 for op, slot in readers[i])}
 
 
+class _NewGraph:
+    """The rewritten node list: which outputs are bfloat16, and the casts (one per output and
+    dtype, shared by its readers)."""
+
+    def __init__(self):
+        self.nodes, self.bfloat16, self._casts = [], set(), {}
+
+    def add(self, node, bfloat16_outputs):
+        self.nodes.append(node)
+        self.bfloat16.update((len(self.nodes) - 1, out) for out in bfloat16_outputs)
+        return len(self.nodes) - 1
+
+    def cast(self, ref, dtype):
+        """``ref`` ((node, output)) as ``dtype`` ('bfloat16' or 'float32'): itself when it is
+        so already (any non-bfloat16 output counts as float32), else a shared amp_cast."""
+        if (tuple(ref) in self.bfloat16) == (dtype == 'bfloat16'):
+            return tuple(ref)
+        if (tuple(ref), dtype) not in self._casts:
+            source = self.nodes[ref[0]]['name'] + ('_out{}'.format(ref[1]) if ref[1] else '')
+            node = {'op': 'amp_cast', 'name': '{}_{}'.format(source, dtype),
+                    'attrs': {'dtype': dtype}, 'inputs': [[ref[0], ref[1], 0]]}
+            self._casts[(tuple(ref), dtype)] = (self.add(node, [0] if dtype == 'bfloat16'
+                                                         else []), 0)
+        return self._casts[(tuple(ref), dtype)]
+
+
+def _place(new, node, inputs):
+    """Sets ``node``'s inputs from ``inputs`` ((node, output) of the new graph), cast where its
+    operator needs; returns its bfloat16 outputs."""
+    op = node['op']
+    if op == _PRODUCT:
+        wanted = {slot: 'bfloat16' for slot in range(len(inputs))}
+    else:
+        slots = [s for s in _BFLOAT16_SLOTS.get(op, ()) if s < len(inputs)]
+        runs = any(tuple(inputs[s]) in new.bfloat16 for s in slots)
+        wanted = {slot: 'bfloat16' if runs and slot in slots else 'float32'
+                  for slot in range(len(inputs))}
+    node['inputs'] = [list(new.cast(ref, wanted[slot])) + [0]
+                      for slot, ref in enumerate(inputs)]
+    return [0] if op != 'null' and wanted.get(0) == 'bfloat16' else []
+
+
 def _rewrite(graph):
-    """(new node list, ids of the variables made bfloat16) of the graph dict ``graph``."""
+    """(new node list, heads, ids of the variables made bfloat16) of the graph dict ``graph``."""
     nodes, counts = graph['nodes'], _output_counts(graph)
     cast_params = _product_only_params(nodes)
-    new, where = [], {}                       # (old id, output) -> [new id, output]
+    new, where = _NewGraph(), {}              # (old id, output) -> (new id, output)
     for old_id, node in enumerate(nodes):
-        node = dict(node, inputs=[where[(s, o)] + [v] for s, o, v in node['inputs']])
+        node = dict(node)
         if old_id in cast_params:
             node['attrs'] = dict(node.get('attrs', {}), __dtype__=_MX_BFLOAT16)
         if node['op'] == _fused.OP_NAME:
             node['attrs'] = dict(node.get('attrs', {}), matmul_dtype='bfloat16')
-        if node['op'] == _PRODUCT:
-            sources = [s for s, _, _ in nodes[old_id]['inputs']]
-            for slot, source in enumerate(sources):
-                if slot == 0 or source not in cast_params:
-                    new.append(_cast_node('{}_input{}_bfloat16'.format(node['name'], slot),
-                                          node['inputs'][slot], 'bfloat16'))
-                    node['inputs'][slot] = [len(new) - 1, 0, 0]
-            new.append(node)
-            new.append(_cast_node(node['name'] + '_float32', [len(new) - 1, 0, 0], 'float32'))
-        else:
-            new.append(node)
+        bfloat16 = [0] if old_id in cast_params else _place(
+            new, node, [where[(s, o)] for s, o, _ in nodes[old_id]['inputs']])
+        new_id = new.add(node, bfloat16)
         for out in range(counts[old_id]):
-            where[(old_id, out)] = [len(new) - 1, out]
-    heads = [where[(s, o)] + [v] for s, o, v in graph['heads']]
-    return new, heads, cast_params
+            where[(old_id, out)] = (new_id, out)
+    heads = [list(new.cast(where[(s, o)], 'float32')) + [v] for s, o, v in graph['heads']]
+    return new.nodes, heads, cast_params
 
 
 def _output_counts(graph):
@@ -83,7 +129,8 @@ def _output_counts(graph):
 
 
 def bfloat16_products(symbol_json, params):
-    """The graph ``symbol_json`` with its dense products in bfloat16 (see the module docstring).
+    """The graph ``symbol_json`` with its dense products and the activations between them in
+    bfloat16 (see the module docstring).
 
     Parameters
     ----------
@@ -139,8 +186,8 @@ class Bfloat16Graph:
         Default ``mx.cpu()``.
 
     Calls take and return what the float32 graph does (MXNet numpy arrays: int32 token ids,
-    float32 outputs); the products inside run in bfloat16. Raises ValueError as
-    :func:`bfloat16_products`.
+    float32 outputs); the products and the activations between them are bfloat16 inside. Raises
+    ValueError as :func:`bfloat16_products`.
     """
 
     def __init__(self, symbol_json, params, input_names, input_dtypes=None, ctx=None):

@@ -135,15 +135,22 @@ print(json.dumps({'isa': fused.isa()}))
 '''
 
 
-def test_avx2_path_matches_oracle(tmp_path):
-    """GA_FUSED_ISA=avx2 (the choice is made once per process: a subprocess)."""
+def run_avx2_worker(worker, out_path):
+    """Runs ``worker`` (python -c: argv[1] = out_path, then the tests' folders for sys.path)
+    with GA_FUSED_ISA=avx2 (the choice is made once per process: a subprocess); returns the
+    JSON of its last printed line."""
     env = dict(os.environ, GA_FUSED_ISA='avx2')
     here = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, '-c', WORKER, str(tmp_path / 'out.npz'), here,
+    done = subprocess.run([sys.executable, '-c', worker, str(out_path), here,
                            os.path.dirname(here)], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])['isa'] == 'avx2'
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_avx2_path_matches_oracle(tmp_path):
+    """GA_FUSED_ISA=avx2."""
+    assert run_avx2_worker(WORKER, tmp_path / 'out.npz')['isa'] == 'avx2'
     got = onp.load(tmp_path / 'out.npz')
     got = [got['arr_%d' % i] for i in range(len(got.files))]
     x, res, gamma, beta, head = inputs(onp.random.RandomState(5), (6,), 37)

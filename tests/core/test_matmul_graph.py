@@ -1,9 +1,12 @@
 """bfloat16 inference graphs (gluon_attention.core.matmul_graph): an exported float32 encoder
-rewritten so that its products run in bfloat16 returns what the same encoder with
-matmul_dtype='bfloat16' returns (the training path, itself checked against a NumPy bfloat16
-oracle in test_matmul.py), within float32 rounding; its product weights are bfloat16 parameters
-(cast once), every other parameter float32; the rewrite leaves other operators alone, but for
-the fused attention's matmul_dtype attribute; bad graphs are refused."""
+rewritten so that its products and the activations between them run in bfloat16 returns the
+float32 encoder's output within GRAPH_TOL (and that of the encoder with
+matmul_dtype='bfloat16', the training path whose products are checked against a NumPy bfloat16
+oracle in test_matmul.py, whose activations stay float32); its product weights are bfloat16
+parameters (cast once), every other parameter float32; the only casts left are the entry (the
+embeddings' LayerNorm output, to bfloat16) and the output (to float32): every product reads
+bfloat16 from the fused operators, copies and reshapes before it; the fused attention nodes
+get matmul_dtype='bfloat16'; bad graphs are refused."""
 import json
 
 import mxnet as mx
@@ -19,6 +22,10 @@ needs_bf16 = pytest.mark.skipif(matmul.bfloat16_problem() is not None,
                                 reason='no bfloat16 products here: {}'.format(
                                     matmul.bfloat16_problem()))
 NAMES = ['data0', 'data1', 'data2']
+#: Largest |bfloat16 graph - float32| output of the 2-layer fixture, as a fraction of the largest
+#: |output|: each product rounds its operands and result to bfloat16 (2^-8 relative each), each
+#: fused operator its result, through 2 layers of 6 products (measured: 0.73%).
+GRAPH_TOL = 0.02
 
 
 @pytest.fixture(scope='module')
@@ -40,19 +47,21 @@ def exported(tmp_path_factory):
 
 
 @needs_bf16
-def test_the_graph_equals_the_bfloat16_training_path(exported):
+def test_the_graph_is_float32_within_bfloat16_rounding(exported):
     enc, inputs, symbol_json, params = exported
     want32 = enc(*inputs).asnumpy()
     set_matmul_dtype(enc, 'bfloat16')
     try:
-        want = enc(*inputs).asnumpy()
+        products = enc(*inputs).asnumpy()
     finally:
         set_matmul_dtype(enc, 'float32')
     got = Bfloat16Graph(symbol_json, params, NAMES, ['int32'] * 3)(*inputs)
     assert isinstance(got, mx.np.ndarray) and got.dtype == onp.float32
     valid = onp.arange(12)[None, :] < onp.array([12, 5, 9])[:, None]     # meaningful rows
-    assert abs(got.asnumpy() - want)[valid].max() <= 1e-4 * abs(want).max()
-    assert abs(got.asnumpy() - want32)[valid].max() > 0          # the products did change
+    for want in (want32, products):
+        assert abs(got.asnumpy() - want)[valid].max() <= GRAPH_TOL * abs(want).max()
+    # bfloat16 activations: other numbers than float32 activations between the products
+    assert abs(got.asnumpy() - products)[valid].max() > 1e-4 * abs(products).max()
 
 
 def test_only_product_weights_become_bfloat16(exported):
@@ -69,7 +78,12 @@ def test_only_product_weights_become_bfloat16(exported):
     assert len(product_inputs & set(params)) >= 12
     old_ops = sorted(n['op'] for n in json.loads(symbol_json)['nodes'])
     new_ops = sorted(n['op'] for n in nodes)
-    assert new_ops == sorted(old_ops + ['amp_cast'] * (12 * 2))  # one cast in, one out each
+    assert new_ops == sorted(old_ops + ['amp_cast'] * 2)         # the entry and the output
+    casts = [n for n in nodes if n['op'] == 'amp_cast']
+    assert [n['attrs']['dtype'] for n in casts] == ['bfloat16', 'float32']
+    assert nodes[casts[0]['inputs'][0][0]]['op'] == '_np_copy'   # the embeddings' dropout
+    heads = json.loads(symbol.tojson(remove_amp_cast=False))['heads']
+    assert nodes[heads[0][0]] is casts[1]
     # the fused attention's forward products follow (as the encoders' matmul_dtype does)
     attention = [n for n in nodes if n['op'] == 'ga_fused_attention']
     assert len(attention) == 2 and all(

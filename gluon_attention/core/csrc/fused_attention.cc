@@ -1,4 +1,5 @@
-// Fused multi-head scaled dot-product attention for MXNet 1.9.1 (CPU, float32), loaded with
+// Fused multi-head scaled dot-product attention for MXNet 1.9.1 (CPU, float32 or bfloat16
+// forward, float32 backward), loaded with
 // mx.library.load. This file is the operator: attributes, shapes, the (batch, head) groups and
 // the worker threads; it is compiled for any x86-64 CPU. The arithmetic lives in one kernel file
 // per instruction set (kernel_avx512.cc, kernel_avx2.cc, the same algorithm from
@@ -19,6 +20,11 @@
 //   outputs: context (B, L_q, K*C_v) for NKT/NTK, (L_q, B, K*C_v) for TNK (head-major merge),
 //            lse (B, K, L_q) float32, the log-sum-exp of each row's scaled scores (-inf for an
 //            empty row).
+//   dtypes : query, key and value float32 or bfloat16 (all three the same), length float32;
+//            the context has the query's dtype. bfloat16 ones are read by the AMX tiles as
+//            they are (matmul_dtype=bfloat16 where they run, more than kSmallRows query rows;
+//            the context rounded to bfloat16 when written); elsewhere widened to float32 for
+//            the float32 kernels and the context rounded back. No backward pass for them.
 // Keys at or past the longest length of a (batch, head) group are never read; a row's weights
 // past its own length are exactly 0, so NaN there cannot reach its weights (as with MXNet's
 // length softmax).
@@ -37,6 +43,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "bf16_io.h"
 #include "kernel_api.h"
 #include "parallel.h"
 #include "mxnet/lib_api.h"
@@ -293,7 +300,12 @@ ga::Task task_at(const ga::Task& proto, const Geometry& g, const Lengths& length
   const long q = g.base(b, h, g.Lq, g.C) + i0 * t.qs, k = g.base(b, h, g.Lm, g.C);
   const long v = g.base(b, h, g.Lm, g.Cv), c = g.ctx_base(b, h) + i0 * t.cs;
   const long rows = static_cast<long>(group) * g.Lq + i0;     // of lse (B, K, L_q)
-  t.q += q; t.k += k; t.v += v; t.lse += rows;
+  t.lse += rows;
+  if (t.qb) {
+    t.qb += q; t.kb += k; t.vb += v; t.ctxb += c;
+  } else {
+    t.q += q; t.k += k; t.v += v;
+  }
   if (t.ctx) t.ctx += c;
   if (t.dctx) {
     t.dctx += c; t.out += c; t.dlse += rows;
@@ -341,25 +353,58 @@ ga::Task task_of(const Geometry& g, float scale) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The forward pass of bfloat16 query, key and value into a bfloat16 context (t: lse set):
+// `tiles` (the chosen kernels with the AMX forward pass, or nullptr where the tiles do not run)
+// reads them as they are for more than kSmallRows query rows; otherwise they are widened to
+// float32, run through `kern` and the context rounded back.
+MXReturnValue forward_bf16(const Geometry& g, const Lengths& len, ga::Task t,
+                           const ga::Kernels* kern, const ga::Kernels* tiles,
+                           std::vector<MXTensor>* inputs, MXTensor& ctx) {
+  if (tiles && g.Lq > ga::kSmallRows) {
+    ga::Kernels direct = *tiles;
+    direct.forward = ga::forward_amx_bf16;
+    t.qb = ga::bf16_data(inputs->at(0));
+    t.kb = ga::bf16_data(inputs->at(1));
+    t.vb = ga::bf16_data(inputs->at(2));
+    t.ctxb = ga::bf16_out(ctx);
+    return for_each_group(g, len, t, &direct, &ga::Kernels::forward);
+  }
+  const ga::Bf16Convert& cvt = ga::bf16_convert();
+  if (!cvt.widen) return for_each_group(g, len, t, nullptr, &ga::Kernels::forward);
+  std::vector<float> wide[4];
+  for (int i = 0; i < 3; ++i) {
+    wide[i].resize(inputs->at(i).size());
+    cvt.widen(ga::bf16_data(inputs->at(i)), wide[i].data(), inputs->at(i).size());
+  }
+  wide[3].resize(ctx.size());
+  t.q = wide[0].data(); t.k = wide[1].data(); t.v = wide[2].data(); t.ctx = wide[3].data();
+  const MXReturnValue done = for_each_group(g, len, t, tiles ? tiles : kern,
+                                            &ga::Kernels::forward);
+  cvt.narrow(wide[3].data(), ga::bf16_out(ctx), ctx.size());
+  return done;
+}
+
 MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
                       std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                       const OpResource& res) {
   const Geometry g = geometry(*inputs, parse_layout(attrs));
+  const Lengths len = lengths_of(*inputs, 3, with_length(attrs));
   ga::Task t = task_of(g, parse_scale(attrs));
+  t.lse = outputs->at(1).data<float>();
+  const ga::Kernels* kern = ga::chosen_kernels();
+  ga::Kernels bf16;
+  const bool amx = kern && parse_matmul_dtype(attrs) == 1 && !*amx_problem();
+  if (amx) {
+    bf16 = *kern;
+    bf16.forward = amx_forward;
+  }
+  if (ga::is_bf16(inputs->at(0)))
+    return forward_bf16(g, len, t, kern, amx ? &bf16 : nullptr, inputs, outputs->at(0));
   t.q = inputs->at(0).data<float>();
   t.k = inputs->at(1).data<float>();
   t.v = inputs->at(2).data<float>();
   t.ctx = outputs->at(0).data<float>();
-  t.lse = outputs->at(1).data<float>();
-  const ga::Kernels* kern = ga::chosen_kernels();
-  ga::Kernels bf16;
-  if (kern && parse_matmul_dtype(attrs) == 1 && !*amx_problem()) {
-    bf16 = *kern;
-    bf16.forward = amx_forward;
-    kern = &bf16;
-  }
-  return for_each_group(g, lengths_of(*inputs, 3, with_length(attrs)), t, kern,
-                        &ga::Kernels::forward);
+  return for_each_group(g, len, t, amx ? &bf16 : kern, &ga::Kernels::forward);
 }
 
 // Backward. inputs: d_context, d_lse, query, key, value, [length,] context, lse.
@@ -367,6 +412,11 @@ MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
 MXReturnValue backward(const std::unordered_map<std::string, std::string>& attrs,
                        std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                        const OpResource& res) {
+  if (ga::is_bf16(inputs->at(2))) {
+    MX_ERROR_MSG << "ga_fused_attention: no backward pass for bfloat16 query, key and value "
+                    "(the bfloat16 path is for inference); train with float32 inputs";
+    return MX_FAIL;
+  }
   const bool has_length = with_length(attrs);
   const size_t after = has_length ? 6 : 5;      // index of the forward outputs
   std::vector<MXTensor> fwd_in(inputs->begin() + 2, inputs->begin() + after);
@@ -403,16 +453,26 @@ MXReturnValue parse_attrs(const std::unordered_map<std::string, std::string>& at
   return MX_SUCCESS;
 }
 
+// query, key and value float32 or bfloat16, the same; length float32; the context has the
+// query's dtype (float32 while none is known), lse float32.
 MXReturnValue infer_type(const std::unordered_map<std::string, std::string>& attrs,
                          std::vector<int>* in, std::vector<int>* out) {
+  static const char* const names[] = {"query", "key", "value", "length"};
+  int rows = -1;
   for (size_t i = 0; i < in->size(); ++i) {
-    if ((*in)[i] != -1 && (*in)[i] != kFloat32) {
-      MX_ERROR_MSG << "ga_fused_attention: every input must be float32 (input " << i
-                   << " has dtype code " << (*in)[i] << ")";
+    const int t = (*in)[i];
+    if (t == -1 || (i == 3 && t == kFloat32)) continue;
+    if (i == 3 || (t != kFloat32 && t != ga::kBfloat16Code) || (rows != -1 && t != rows)) {
+      MX_ERROR_MSG << "ga_fused_attention: " << names[i] << " must be "
+                   << (i == 3 ? "float32" : rows != -1 ? "of the others' dtype (query, key and "
+                                                         "value all float32 or all bfloat16)"
+                                                       : "float32 or bfloat16")
+                   << " (dtype codes: float32 0, bfloat16 12; received " << t << ")";
       return MX_FAIL;
     }
+    rows = t;
   }
-  (*out)[0] = kFloat32;
+  (*out)[0] = rows == -1 ? static_cast<int>(kFloat32) : rows;
   (*out)[1] = kFloat32;
   return MX_SUCCESS;
 }

@@ -1,4 +1,4 @@
-// Row-wise fused operators for MXNet 1.9.1 (CPU, float32), in the same library as the fused
+// Row-wise fused operators for MXNet 1.9.1 (CPU, float32 or bfloat16), in the same library as the fused
 // attention: one pass over the rows instead of a chain of operators, forward and backward. The
 // arithmetic is in rowwise_body.inc, compiled per instruction set with the attention kernels
 // (the same choice, ga::chosen_kernels); this file (any x86-64 CPU) checks shapes and splits the
@@ -15,12 +15,17 @@
 // Operator ga_bias_gelu
 //   inputs : data (..., D), bias (D,).
 //   output : gelu(data + bias), erf form: z Phi(z) with Phi the standard normal CDF.
+// dtypes: data (and residual) float32 or bfloat16, the same; gamma, beta and bias float32; the
+// output has data's dtype. bfloat16 rows are widened to float32, computed as float32 rows are
+// and rounded to the nearest bfloat16 (ties to even); forward only (the backward pass refuses
+// bfloat16).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bf16_io.h"
 #include "kernel_api.h"
 #include "parallel.h"
 #include "mxnet/lib_api.h"
@@ -42,28 +47,37 @@ float parse_eps(const Attrs& attrs) {
 }
 
 // Rows [0, rows) over the worker threads in chunks of kChunk rows, taken in turn from a shared
-// counter (a worker that the system holds back leaves its share to the others). Chunk c gets
-// partial sums `part + c * 2 * d` (zeroed) for the parameter gradients, added into dgamma (and
-// dbeta) in chunk order afterwards, so the result does not depend on the timing.
+// counter (a worker that the system holds back leaves its share to the others): body(c, r0, r1)
+// for chunk c, rows [r0, r1).
 constexpr long kChunk = 64;
 
-void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, float* dbeta) {
+template <typename Body>
+void over_chunks(long rows, Body body) {
   const long chunks = (rows + kChunk - 1) / kChunk;
   const long workers = std::max(1L, std::min<long>(ga::num_threads(), chunks));
-  const bool sums = dgamma != nullptr;
-  std::vector<double> part(sums ? chunks * 2 * t.d : 0, 0.0);
   std::atomic<long> next(0);
   auto work = [&]() {
-    for (long c = next++; c < chunks; c = next++) {
-      ga::RowTask mine = t;
-      if (sums) {
-        mine.dgamma = part.data() + c * 2 * t.d;
-        mine.dbeta = mine.dgamma + t.d;
-      }
-      kernel(mine, c * kChunk, std::min(rows, (c + 1) * kChunk));
-    }
+    for (long c = next++; c < chunks; c = next++)
+      body(c, c * kChunk, std::min(rows, (c + 1) * kChunk));
   };
   ga::parallel(static_cast<int>(workers), [&](int) { work(); });
+}
+
+// The float32 rows of t. Chunk c gets partial sums `part + c * 2 * d` (zeroed) for the
+// parameter gradients, added into dgamma (and dbeta) in chunk order afterwards, so the result
+// does not depend on the timing.
+void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, float* dbeta) {
+  const long chunks = (rows + kChunk - 1) / kChunk;
+  const bool sums = dgamma != nullptr;
+  std::vector<double> part(sums ? chunks * 2 * t.d : 0, 0.0);
+  over_chunks(rows, [&](long c, long r0, long r1) {
+    ga::RowTask mine = t;
+    if (sums) {
+      mine.dgamma = part.data() + c * 2 * t.d;
+      mine.dbeta = mine.dgamma + t.d;
+    }
+    kernel(mine, r0, r1);
+  });
   if (!sums) return;
   for (long j = 0; j < t.d; ++j) {
     double g = 0.0, b = 0.0;
@@ -74,6 +88,40 @@ void run_rows(ga::RowKernel kernel, ga::RowTask t, long rows, float* dgamma, flo
     dgamma[j] = static_cast<float>(g);
     if (dbeta) dbeta[j] = static_cast<float>(b);
   }
+}
+
+// The bfloat16 rows x (and res: nullptr without) into y, forward: each row widened to float32
+// (a per-chunk scratch of 3 rows), run through `kernel` as a one-row task of t (its gamma,
+// beta, eps) and its output rounded to bfloat16.
+struct Bf16Rows {
+  const unsigned short* x;
+  const unsigned short* res;
+  unsigned short* y;
+};
+
+void run_rows_bf16(ga::RowKernel kernel, const ga::RowTask& t, long rows, Bf16Rows io) {
+  const ga::Bf16Convert& cvt = ga::bf16_convert();
+  over_chunks(rows, [&](long, long r0, long r1) {
+    std::vector<float> buf(3 * t.d);
+    ga::RowTask one = t;
+    one.x = buf.data();
+    one.res = io.res ? buf.data() + t.d : nullptr;
+    one.y = buf.data() + 2 * t.d;
+    for (long r = r0; r < r1; ++r) {
+      cvt.widen(io.x + r * t.d, buf.data(), t.d);
+      if (io.res) cvt.widen(io.res + r * t.d, buf.data() + t.d, t.d);
+      kernel(one, 0, 1);
+      cvt.narrow(one.y, io.y + r * t.d, t.d);
+    }
+  });
+}
+
+// The backward passes take float32 only (data is input 1 of a backward call).
+bool float32_backward(const char* op, const MXTensor& data) {
+  if (!ga::is_bf16(data)) return true;
+  MX_ERROR_MSG << op << ": no backward pass for bfloat16 data (the bfloat16 path is for "
+                        "inference); train with float32 data";
+  return false;
 }
 
 const ga::Kernels* kernels_or_error(const char* op) {
@@ -107,8 +155,15 @@ MXReturnValue ln_forward(const Attrs& attrs, std::vector<MXTensor>* in,
   rows_of(in->at(0), &n, &d);
   ga::RowTask t = row_task(in->at(0), in->at(1), d);
   t.beta = in->at(2).data<float>();
-  t.res = has_residual(attrs) ? in->at(3).data<float>() : nullptr;
   t.eps = parse_eps(attrs);
+  if (ga::is_bf16(in->at(0))) {
+    const Bf16Rows io{ga::bf16_data(in->at(0)),
+                      has_residual(attrs) ? ga::bf16_data(in->at(3)) : nullptr,
+                      ga::bf16_out(out->at(0))};
+    run_rows_bf16(kern->add_layer_norm, t, n, io);
+    return MX_SUCCESS;
+  }
+  t.res = has_residual(attrs) ? in->at(3).data<float>() : nullptr;
   t.y = out->at(0).data<float>();
   run_rows(kern->add_layer_norm, t, n, nullptr, nullptr);
   return MX_SUCCESS;
@@ -119,7 +174,7 @@ MXReturnValue ln_forward(const Attrs& attrs, std::vector<MXTensor>* in,
 MXReturnValue ln_backward(const Attrs& attrs, std::vector<MXTensor>* in,
                           std::vector<MXTensor>* out, const OpResource& res) {
   const ga::Kernels* kern = kernels_or_error("ga_add_layer_norm");
-  if (!kern) return MX_FAIL;
+  if (!kern || !float32_backward("ga_add_layer_norm", in->at(1))) return MX_FAIL;
   const bool with_res = has_residual(attrs);
   long n, d;
   rows_of(in->at(1), &n, &d);
@@ -142,6 +197,11 @@ MXReturnValue gelu_forward(const Attrs& attrs, std::vector<MXTensor>* in,
   long n, d;
   rows_of(in->at(0), &n, &d);
   ga::RowTask t = row_task(in->at(0), in->at(1), d);
+  if (ga::is_bf16(in->at(0))) {
+    run_rows_bf16(kern->bias_gelu, t, n,
+                  Bf16Rows{ga::bf16_data(in->at(0)), nullptr, ga::bf16_out(out->at(0))});
+    return MX_SUCCESS;
+  }
   t.y = out->at(0).data<float>();
   run_rows(kern->bias_gelu, t, n, nullptr, nullptr);
   return MX_SUCCESS;
@@ -151,7 +211,7 @@ MXReturnValue gelu_forward(const Attrs& attrs, std::vector<MXTensor>* in,
 MXReturnValue gelu_backward(const Attrs& attrs, std::vector<MXTensor>* in,
                             std::vector<MXTensor>* out, const OpResource& res) {
   const ga::Kernels* kern = kernels_or_error("ga_bias_gelu");
-  if (!kern) return MX_FAIL;
+  if (!kern || !float32_backward("ga_bias_gelu", in->at(1))) return MX_FAIL;
   long n, d;
   rows_of(in->at(1), &n, &d);
   ga::RowTask t = row_task(in->at(1), in->at(2), d);
@@ -174,16 +234,37 @@ MXReturnValue gelu_parse(const Attrs& attrs, int* num_in, int* num_out) {
   return MX_SUCCESS;
 }
 
-MXReturnValue float32_only(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+// data (and residual) float32 or bfloat16, the same; inputs 1.. `vectors` (gamma and beta, or
+// bias) float32; the output has data's dtype (float32 while no input's is known).
+MXReturnValue rows_type(std::vector<int>* in, std::vector<int>* out, size_t vectors,
+                        const char* op, const char* const* names) {
+  int rows = -1;
   for (size_t i = 0; i < in->size(); ++i) {
-    if ((*in)[i] != -1 && (*in)[i] != kFloat32) {
-      MX_ERROR_MSG << "ga_add_layer_norm / ga_bias_gelu: every input must be float32 (input "
-                   << i << " has dtype code " << (*in)[i] << ")";
+    const int t = (*in)[i];
+    const bool vector = i >= 1 && i <= vectors;
+    if (t == -1 || (vector && t == kFloat32)) continue;
+    if (vector || (t != kFloat32 && t != ga::kBfloat16Code) || (rows != -1 && t != rows)) {
+      MX_ERROR_MSG << op << ": " << names[i] << " must be "
+                   << (vector ? "float32" : rows != -1 ? "of data's dtype (both float32 or both "
+                                                         "bfloat16)"
+                                                       : "float32 or bfloat16")
+                   << " (dtype codes: float32 0, bfloat16 12; received " << t << ")";
       return MX_FAIL;
     }
+    rows = t;
   }
-  (*out)[0] = kFloat32;
+  (*out)[0] = rows == -1 ? static_cast<int>(kFloat32) : rows;
   return MX_SUCCESS;
+}
+
+MXReturnValue ln_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  static const char* const names[] = {"data", "gamma", "beta", "residual"};
+  return rows_type(in, out, 2, "ga_add_layer_norm", names);
+}
+
+MXReturnValue gelu_type(const Attrs& attrs, std::vector<int>* in, std::vector<int>* out) {
+  static const char* const names[] = {"data", "bias"};
+  return rows_type(in, out, 1, "ga_bias_gelu", names);
 }
 
 // data (..., D) with D >= 1; inputs 1.. `vectors` are (D,), the rest data's shape.
@@ -221,14 +302,14 @@ MXReturnValue gelu_shape(const Attrs& attrs, std::vector<std::vector<unsigned in
 
 REGISTER_OP(ga_add_layer_norm)
     .setParseAttrs(ln_parse)
-    .setInferType(float32_only)
+    .setInferType(ln_type)
     .setInferShape(ln_shape)
     .setForward(ln_forward, "cpu")
     .setBackward(ln_backward, "cpu");
 
 REGISTER_OP(ga_bias_gelu)
     .setParseAttrs(gelu_parse)
-    .setInferType(float32_only)
+    .setInferType(gelu_type)
     .setInferShape(gelu_shape)
     .setForward(gelu_forward, "cpu")
     .setBackward(gelu_backward, "cpu");

@@ -3,13 +3,15 @@
 // own with -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mamx-tile -mamx-bf16 -mfma;
 // the operator calls it only when the CPU has these, Linux granted this process the tile state
 // (arch_prctl ARCH_GET_XCOMP_PERM) and the operator's matmul_dtype attribute is bfloat16
-// (fused_attention.cc). Inputs and outputs stay float32: Q, K and V are rounded to bfloat16
-// (nearest, ties to even) when packed, the scores accumulate in float32, the online softmax
-// runs in float32 (as in kernel_body.inc, but with an exp2 good to 8.6e-5 relative: the weights
-// P are rounded to bfloat16, up to 2^-8 relative, for P V with float32 accumulation). The running
-// sums use the unrounded weights. Masking is the float32 kernel's: key j counts for query row
-// i only when j < len[i] (weight exactly 0 otherwise), keys at or past the group's longest
-// length are never read, a row of length 0 gets a zero context row and lse -inf.
+// (fused_attention.cc). float32 inputs and outputs: Q, K and V are rounded to bfloat16
+// (nearest, ties to even) when packed; bfloat16 ones (Task::qb set) are packed as they are and
+// the context rows rounded to bfloat16 when written. The scores accumulate in float32, the
+// online softmax runs in float32 (as in kernel_body.inc, but with an exp2 good to 8.6e-5
+// relative: the weights P are rounded to bfloat16, up to 2^-8 relative, for P V with float32
+// accumulation). The running sums use the unrounded weights. Masking is the float32 kernel's:
+// key j counts for query row i only when j < len[i] (weight exactly 0 otherwise), keys at or
+// past the group's longest length are never read, a row of length 0 gets a zero context row
+// and lse -inf.
 //
 // Layout of the work: panels of MQ = 32 query rows (two tiles of 16 rows); per key block of KB
 // keys, S = Q K^T by 2 x 2 tiles (32 queries x 32 keys per step), the softmax on 16 rows at a
@@ -77,12 +79,40 @@ inline vf ld_part(const float* p, int n) {
 inline __m512i row_bf16(const float* row, int c0, int cols) {
   return to_bf16(ld_part(row + c0, cols - c0), ld_part(row + c0 + W, cols - c0 - W));
 }
+// 32 bfloat16 of a row from column c0 (cols in all), zero past them.
+inline __m512i row_bf16(const bf16* row, int c0, int cols) {
+  const int n = cols - c0;
+  if (n >= 32) return _mm512_loadu_si512(row + c0);
+  if (n <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << n) - 1), row + c0);
+}
+// The first n (at most 16 read) values of rows a and b as bfloat16, a's in the low half, b's in
+// the high half; zero past them and for a missing (nullptr) row.
+inline __m512i two_rows(const float* a, const float* b, int n) {
+  return to_bf16(a ? ld_part(a, n) : vzero(), b ? ld_part(b, n) : vzero());
+}
+inline __m512i two_rows(const bf16* a, const bf16* b, int n) {
+  const __mmask16 live = n >= TR ? 0xFFFF : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+  const __m256i lo = a ? _mm256_maskz_loadu_epi16(live, a) : _mm256_setzero_si256();
+  const __m256i hi = b ? _mm256_maskz_loadu_epi16(live, b) : _mm256_setzero_si256();
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+// The first n (at most W) values of x into a context row of float32 or of bfloat16 (rounded).
+inline void put_row(float* out, vf x, int n) {
+  if (n >= W) vst(out, x); else vst_n(out, x, n);
+}
+inline void put_row(bf16* out, vf x, int n) {
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+  if (n >= W) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+  else _mm256_mask_storeu_epi16(out, static_cast<__mmask16>((1u << n) - 1), h);
+}
 
 // Query panel: dst[r * cpad + c] = q[r][c] for live rows r < nq (lanes[r] > 0), else 0;
 // negated (exactly) when `negate`, so that the scores come out negated and a negative scale
 // can be applied as a positive one.
-void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int cpad,
-                  bool negate, bf16* dst) {
+template <typename T>
+void pack_queries(const T* q, long qs, int nq, const int* lanes, int c, int cpad, bool negate,
+                  bf16* dst) {
   const __m512i sign = _mm512_set1_epi16(negate ? static_cast<short>(0x8000) : 0);
   for (int r = 0; r < MQ; ++r) {
     const bool live = r < nq && lanes[r] > 0;
@@ -96,7 +126,8 @@ void pack_queries(const float* q, long qs, int nq, const int* lanes, int c, int 
 // Keys as right operands of S = Q K^T (pairs of channels, VNNI order): tile (kt, s) holds, in
 // row p, the pairs (k[16 kt + n][32 s + 2p], k[16 kt + n][32 s + 2p + 1]) for n < 16; rows at or
 // past n_keys are zero. A 16 x 16 transpose of 32-bit pairs.
-void pack_keys(const float* k, long ks, int n_keys, int npad, int c, int cpad, bf16* dst) {
+template <typename T>
+void pack_keys(const T* k, long ks, int n_keys, int npad, int c, int cpad, bf16* dst) {
   const int steps = cpad / 32;
   vf blk[W];
   for (int kt = 0; kt < npad / TR; ++kt) {
@@ -116,7 +147,8 @@ void pack_keys(const float* k, long ks, int n_keys, int npad, int c, int cpad, b
 // Values as right operands of O = P V: tile (u, w) holds, in row p, the pairs
 // (v[32 u + 2p][16 w + n], v[32 u + 2p + 1][16 w + n]) for n < 16; rows at or past n_keys and
 // columns past cv are zero.
-void pack_values(const float* v, long vs, int n_keys, int npad, int cv, int cvp, bf16* dst) {
+template <typename T>
+void pack_values(const T* v, long vs, int n_keys, int npad, int cv, int cvp, bf16* dst) {
   const int wt = cvp / TR;
   alignas(64) static const unsigned short kInterleave[32] = {
       0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
@@ -127,9 +159,10 @@ void pack_values(const float* v, long vs, int n_keys, int npad, int cv, int cvp,
       bf16* d = dst + (static_cast<long>(u) * wt + w) * TE;
       for (int p = 0; p < TR; ++p) {
         const int j = 32 * u + 2 * p;
-        const vf a = j < n_keys ? ld_part(v + j * vs + TR * w, cv - TR * w) : vzero();
-        const vf b = j + 1 < n_keys ? ld_part(v + (j + 1) * vs + TR * w, cv - TR * w) : vzero();
-        _mm512_storeu_si512(d + p * 32, _mm512_permutexvar_epi16(idx, to_bf16(a, b)));
+        const T* a = j < n_keys ? v + j * vs + TR * w : nullptr;
+        const T* b = j + 1 < n_keys ? v + (j + 1) * vs + TR * w : nullptr;
+        const __m512i pair = two_rows(a, b, cv - TR * w);
+        _mm512_storeu_si512(d + p * 32, _mm512_permutexvar_epi16(idx, pair));
       }
     }
   }
@@ -218,37 +251,39 @@ bool buffers(const Task& t, Workspace* ws, Buffers* b) {
   return true;
 }
 
-// Context rows and lse of the panel's nq rows from its state.
-void finish_panel(const Task& t, const Buffers& b, int i0, int nq) {
+// Context rows (ctx, float32 or bfloat16) and lse of the panel's nq rows from its state.
+template <typename T>
+void finish_panel(const Task& t, const Buffers& b, T* ctx, int i0, int nq) {
   for (int i = 0; i < nq; ++i) {
-    float* out = t.ctx + (i0 + i) * t.cs;
+    T* out = ctx + (i0 + i) * t.cs;
     if (b.l[i] > 0.0f) {
       const vf inv = vset(1.0f / b.l[i]);
       const float* o = b.o + static_cast<long>(i) * b.cvp;
-      int c = 0;
-      for (; c + W <= t.cv; c += W) vst(out + c, vmul(vld(o + c), inv));
-      if (c < t.cv) vst_n(out + c, vmul(vld(o + c), inv), t.cv - c);
+      for (int c = 0; c < t.cv; c += W) put_row(out + c, vmul(vld(o + c), inv), t.cv - c);
       t.lse[i0 + i] = (b.m[i] + log2f(b.l[i])) * kLn2;
     } else {
-      memset(out, 0, t.cv * sizeof(float));
+      memset(out, 0, t.cv * sizeof(T));
       t.lse[i0 + i] = ninf();
     }
   }
 }
 
-// Rows of floats into the second-level cache ahead of their use: the next panel's queries and
-// this panel's context rows (each 3-4% of the time at L_q = L_m = 384 when left to wait),
-// spread over the panel's key blocks (a burst of them stalls on the line fill buffers):
+// Rows (float32 or bfloat16) into the second-level cache ahead of their use: the next panel's
+// queries and this panel's context rows (each 3-4% of the time at L_q = L_m = 384 when left to
+// wait), spread over the panel's key blocks (a burst of them stalls on the line fill buffers):
 // rows [r0, r1) of `rows` at block j0 of `most` keys.
-inline void prefetch_rows(const float* p, long ld, int rows, int cols, int j0, int most) {
+template <typename T>
+inline void prefetch_rows(const T* p, long ld, int rows, int cols, int j0, int most) {
+  constexpr int kLine = 64 / static_cast<int>(sizeof(T));
   const int blocks = (most + KB - 1) / KB, k = j0 / KB;
   for (int r = rows * k / blocks; r < rows * (k + 1) / blocks; ++r)
-    for (int c = 0; c < cols; c += W)
+    for (int c = 0; c < cols; c += kLine)
       _mm_prefetch(reinterpret_cast<const char*>(p + r * ld + c), _MM_HINT_T1);
 }
 
-// The query rows [i0, i0 + nq) against every key they attend.
-void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
+// The query rows [i0, i0 + nq) (of q) against every key they attend, into ctx.
+template <typename T>
+void forward_panel(const Task& t, const Buffers& b, const T* q, T* ctx, int i0, int nq) {
   int most = 0;
   for (int r = 0; r < MQ; ++r) {
     b.lanes[r] = r < nq ? t.len[i0 + r] : 0;
@@ -257,12 +292,12 @@ void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
     b.l[r] = 0.0f;
   }
   memset(b.o, 0, static_cast<long>(MQ) * b.cvp * sizeof(float));
-  pack_queries(t.q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, t.scale < 0.0f, b.qb);
+  pack_queries(q + i0 * t.qs, t.qs, nq, b.lanes, t.c, b.cpad, t.scale < 0.0f, b.qb);
   const float sc = (t.scale < 0.0f ? -t.scale : t.scale) * kLog2e;
   for (int j0 = 0; j0 < most; j0 += KB) {
     const int keys = static_cast<int>(round_up(imin(KB, most - j0), 32));
-    prefetch_rows(t.q + (i0 + nq) * t.qs, t.qs, imin(MQ, t.lq - i0 - nq), t.c, j0, most);
-    prefetch_rows(t.ctx + i0 * t.cs, t.cs, nq, t.cv, j0, most);
+    prefetch_rows(q + (i0 + nq) * t.qs, t.qs, imin(MQ, t.lq - i0 - nq), t.c, j0, most);
+    prefetch_rows(ctx + i0 * t.cs, t.cs, nq, t.cv, j0, most);
     score_block(b.qb, b.kb, b.cpad, j0, keys, b.s);
     int live[MQ];
     for (int r = 0; r < MQ; ++r) live[r] = imin(b.lanes[r] - j0, keys);
@@ -272,26 +307,33 @@ void forward_panel(const Task& t, const Buffers& b, int i0, int nq) {
     }
     context_block(b.pb, b.vb, b.cvp, j0, keys, b.o);
   }
-  finish_panel(t, b, i0, nq);
+  finish_panel(t, b, ctx, i0, nq);
 }
 
-// The forward pass of one group (t.heads == 1); false when scratch memory could not be had.
-bool forward(const Task& t, Workspace* ws) {
+// The forward pass of one group (t.heads == 1) on rows of T (float32 or bfloat16); false
+// when scratch memory could not be had.
+template <typename T>
+bool forward_rows(const Task& t, Workspace* ws, const T* q, const T* k, const T* v, T* ctx) {
   if (t.n == 0) {
     for (int i = 0; i < t.lq; ++i) {
-      memset(t.ctx + i * t.cs, 0, t.cv * sizeof(float));
+      memset(ctx + i * t.cs, 0, t.cv * sizeof(T));
       t.lse[i] = ninf();
     }
     return true;
   }
   Buffers b;
   if (!buffers(t, ws, &b)) return false;
-  pack_keys(t.k, t.ks, t.n, b.npad, t.c, b.cpad, b.kb);
-  pack_values(t.v, t.vs, t.n, b.npad, t.cv, b.cvp, b.vb);
+  pack_keys(k, t.ks, t.n, b.npad, t.c, b.cpad, b.kb);
+  pack_values(v, t.vs, t.n, b.npad, t.cv, b.cvp, b.vb);
   configure_tiles();
-  for (int i0 = 0; i0 < t.lq; i0 += MQ) forward_panel(t, b, i0, imin(MQ, t.lq - i0));
+  for (int i0 = 0; i0 < t.lq; i0 += MQ) forward_panel(t, b, q, ctx, i0, imin(MQ, t.lq - i0));
   _tile_release();
   return true;
+}
+
+bool forward(const Task& t, Workspace* ws) {
+  return t.qb ? forward_rows(t, ws, t.qb, t.kb, t.vb, t.ctxb)
+              : forward_rows(t, ws, t.q, t.k, t.v, t.ctx);
 }
 
 }  // namespace ga_amx

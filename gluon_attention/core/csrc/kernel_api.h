@@ -41,6 +41,13 @@ struct Task {
   float* dq;                // backward outputs, rows as q, k, v
   float* dk;
   float* dv;
+  // bfloat16 inputs and context (raw 16 bits; the AMX forward pass only, forward_amx_bf16):
+  // when qb is set, q, k, v and ctx are unused and these rows (same strides) are read and
+  // written instead.
+  const unsigned short* qb;
+  const unsigned short* kb;
+  const unsigned short* vb;
+  unsigned short* ctxb;
 };
 
 // Row-wise operators (fused_rowwise.cc) on an (N, D) problem, rows [r0, r1) per call:
@@ -66,6 +73,11 @@ struct RowTask {
 };
 typedef void (*RowKernel)(const RowTask& task, long r0, long r1);
 
+// bfloat16 (its raw 16 bits: the high half of a float32) and float32, n values: widen is
+// exact; narrow rounds to the nearest bfloat16, ties to even (NaN stays NaN, made quiet).
+typedef void (*WidenBf16)(const unsigned short* src, float* dst, long n);
+typedef void (*NarrowBf16)(const float* src, unsigned short* dst, long n);
+
 // One instruction set's kernels. forward/backward process one group and return false only
 // when scratch memory could not be had.
 struct Kernels {
@@ -73,6 +85,8 @@ struct Kernels {
   bool (*forward)(const Task& task, Workspace* ws);
   bool (*backward)(const Task& task, Workspace* ws);
   RowKernel add_layer_norm, add_layer_norm_backward, bias_gelu, bias_gelu_backward;
+  WidenBf16 widen_bf16;
+  NarrowBf16 narrow_bf16;
 };
 
 const Kernels& kernels_avx2();
@@ -83,6 +97,20 @@ bool forward_amx_bf16(const Task& task, Workspace* ws);
 // Whether kernel_amx.cc was compiled with the AMX instruction sets (false: a compiler without
 // them built its stubs, and forward_amx_bf16 must not be chosen).
 bool amx_compiled();
+
+// narrow with the AVX512-BF16 instruction (kernel_bf16.cc: subnormal float32 values become
+// 0, as the instruction takes them); only where the CPU has AVX512-BF16 and
+// bf16_native_compiled() is true (a compiler without it builds a stub).
+void narrow_bf16_native(const float* src, unsigned short* dst, long n);
+bool bf16_native_compiled();
+// The conversions for this process (bf16_io.cc): the chosen kernels', with narrow_bf16_native
+// where the AVX-512 kernels run on a CPU with AVX512-BF16; nullptr members without kernels.
+struct Bf16Convert {
+  const char* name;         // "avx512bf16", "avx512", "avx2" or ""
+  WidenBf16 widen;
+  NarrowBf16 narrow;
+};
+const Bf16Convert& bf16_convert();
 
 // The kernels chosen for this process (nullptr when none can run here) and the number of
 // worker threads (OMP_NUM_THREADS, else the hardware's); defined in fused_attention.cc.

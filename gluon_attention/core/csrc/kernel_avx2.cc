@@ -113,9 +113,10 @@ inline vf vldexp(vf p, vf n) {
 
 #include "kernel_body.inc"
 #include "rowwise_body.inc"
+#include "bf16_body.inc"
 
 const Kernels kKernels = {kIsaName, forward, backward, add_layer_norm, add_layer_norm_backward,
-                          bias_gelu, bias_gelu_backward};
+                          bias_gelu, bias_gelu_backward, widen_bf16, narrow_bf16};
 
 }  // namespace ga_avx2
 
