@@ -82,7 +82,8 @@ def combine(heldout, evaluation, heldout_runs, eval_runs):
     -------
     dict
         ``metrics`` (:func:`~jobs.squad.scoring.v2_metrics` at the held-out threshold, with
-        ``null_threshold``, ``null_threshold_source``, ``heldout_f1``,
+        ``null_threshold``, ``null_threshold_source`` (ending in ``' (mean null odds of N runs)'``
+        for N > 1), ``heldout_f1``,
         ``heldout_null_odds_auc``, ``heldout_total`` and ``runs``), ``final_predictions``,
         ``null_odds`` (the mean).
 
@@ -97,8 +98,8 @@ def combine(heldout, evaluation, heldout_runs, eval_runs):
              num_heldout=len(heldout_runs))
     held_odds = mean_null_odds([odds for _, odds in heldout_runs])
     _covered(heldout, held_odds, 'held-out')
-    threshold, record = choose_threshold(heldout, heldout_runs[0][0], held_odds,
-                                         ' (mean null odds of {} runs)'.format(len(eval_runs)))
+    suffix = ' (mean null odds of {} runs)'.format(len(eval_runs)) if len(eval_runs) > 1 else ''
+    threshold, record = choose_threshold(heldout, heldout_runs[0][0], held_odds, suffix)
     odds = mean_null_odds([odds for _, odds in eval_runs])
     _covered(evaluation, odds, 'evaluation')
     spans = {e.qas_id: eval_runs[0][0].get(e.qas_id, '') for e in evaluation}

@@ -62,6 +62,7 @@ def test_one_run_keeps_its_own_threshold():
     results = combine(HELDOUT, EVALUATION, [(HELD_SPANS, HELD_ODDS[0])],
                       [(EVAL_SPANS, EVAL_ODDS[0])])
     assert results['metrics']['null_threshold'] == -1.0
+    assert results['metrics']['null_threshold_source'] == 'held-out articles A, B'
     assert results['final_predictions'] == {'e1': '', 'e2': ''}
     assert results['metrics']['f1'] == 50.0
 
