@@ -1,6 +1,7 @@
 """Scoring SQuAD 2.0 answers once decoded: the official metrics with the null-odds AUC, and the
 null threshold of best F1 on held-out questions. Pure NumPy and Python: no model runs here.
 """
+import math
 import sys
 
 import numpy as onp
@@ -30,7 +31,8 @@ def v2_metrics(examples, predictions, final, null_odds):
     dict
         The official SQuAD 2.0 keys of ``final`` (``best_*`` swept over ``null_odds``; left out,
         with a warning on stderr, when the null odds are constant or NaN), ``full_range_best_*``
-        and ``always_answer_HasAns_*`` of ``predictions``, and ``null_odds_auc``.
+        and ``always_answer_HasAns_*`` of ``predictions`` (every span kept, whatever its null
+        odds), and ``null_odds_auc``.
     """
     reason = squad.degenerate_null_odds([null_odds[e.qas_id] for e in examples])
     if reason:
@@ -38,7 +40,9 @@ def v2_metrics(examples, predictions, final, null_odds):
               .format(reason), file=sys.stderr)
     swept = None if reason else null_odds
     metrics = squad.squad_evaluate(examples, final, na_probs=swept)
-    always = squad.squad_evaluate(examples, predictions, na_probs=swept)
+    # answering every question: no null odds may turn a span into '' (the official script's
+    # default na_prob_thresh of 1.0 would, for null odds above 1)
+    always = squad.squad_evaluate(examples, predictions, na_probs=swept, na_prob_thresh=math.inf)
     for key in ('best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'):
         metrics['full_range_' + key] = always.get(key)
     for key in ('HasAns_exact', 'HasAns_f1'):

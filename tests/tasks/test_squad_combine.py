@@ -133,3 +133,12 @@ def test_runs_of_other_splits_are_refused(tmp_path):
         run_split(folders)
     assert 'held-out and evaluation questions of the first' in str(err.value)
     assert "threshold_titles='A'" in str(err.value) and 'Received:' in str(err.value)
+
+
+def test_always_answer_keeps_spans_whose_null_odds_exceed_one():
+    """``always_answer_HasAns_f1`` answers every question: the official script's default
+    ``na_prob_thresh`` (1.0) must not turn e1's right span (null odds 5) into ''."""
+    from jobs.squad.scoring import v2_metrics
+    metrics = v2_metrics(EVALUATION, EVAL_SPANS, {'e1': '', 'e2': ''}, {'e1': 5.0, 'e2': 0.0})
+    assert metrics['always_answer_HasAns_f1'] == 100.0
+    assert metrics['HasAns_f1'] == 0.0 and metrics['f1'] == 50.0
