@@ -12,10 +12,8 @@ import dataclasses
 import functools
 import math
 import os
-import sys
 
 import mxnet as mx
-import numpy as onp
 from tqdm import tqdm
 
 from gluon_attention.data import squad
@@ -26,9 +24,11 @@ from gluon_attention.pipelines.features import (INPUT_DTYPES, INPUT_NAMES, eval_
                                                 run_batches)
 
 from ..engine.common import atomic_write_json, parse_devices
+from .scoring import choose_threshold, null_odds_auc, v2_metrics
 
 __all__ = ['contexts_of', 'EvalSet', 'infer', 'eval_progress', 'evaluate',
-           'null_odds_auc', 'calibrate_threshold', 'score_and_write',
+           'v2_metrics', 'null_odds_auc', 'calibrate_threshold', 'choose_threshold',
+           'score_and_write',
            'write_predictions', 'write_metrics', 'format_metrics', 'check_export', 'ONNX_EXTRA']
 
 METRIC_KEYS = ('exact', 'f1', 'HasAns_f1', 'NoAns_f1', 'null_threshold', 'null_threshold_source',
@@ -118,56 +118,7 @@ def evaluate(eval_set, outputs, threshold, n_best_size, max_answer_length,
         metrics = squad.squad_v11_evaluate(examples, final)
         return dict(results, metrics={'exact': metrics['exact_match'], 'f1': metrics['f1'],
                                       'total': metrics['total']})
-    reason = squad.degenerate_null_odds([null_odds[e.qas_id] for e in examples])
-    if reason:
-        print('warning: {}: no null threshold sweep, so metrics.json has no best_* keys'
-              .format(reason), file=sys.stderr)
-    swept = None if reason else null_odds
-    metrics = squad.squad_evaluate(examples, final, na_probs=swept)
-    always = squad.squad_evaluate(examples, predictions, na_probs=swept)
-    for key in ('best_exact', 'best_exact_thresh', 'best_f1', 'best_f1_thresh'):
-        metrics['full_range_' + key] = always.get(key)
-    for key in ('HasAns_exact', 'HasAns_f1'):
-        metrics['always_answer_' + key] = always.get(key)
-    metrics['null_odds_auc'] = null_odds_auc(examples, null_odds)
-    return dict(results, metrics=metrics)
-
-
-def null_odds_auc(examples, null_odds):
-    """How well the null odds rank impossible questions above answerable ones.
-
-    The Mann-Whitney AUC: the probability that a random impossible question has a larger score
-    difference than a random answerable one (ties count 1/2). 0.5 is chance, 1.0 perfect.
-
-    Parameters
-    ----------
-    examples : list of SquadExample
-        The questions (an example without answers is impossible).
-    null_odds : dict of str -> float
-        Score difference per question id (``null_odds.json``).
-
-    Returns
-    -------
-    float or None
-        None when either class is empty.
-    """
-    impossible = onp.array([null_odds[e.qas_id] for e in examples if not e.answers], 'float64')
-    answerable = onp.array([null_odds[e.qas_id] for e in examples if e.answers], 'float64')
-    if not len(impossible) or not len(answerable):
-        return None
-    ranks = _average_ranks(onp.concatenate([impossible, answerable]))
-    wins = ranks[:len(impossible)].sum() - len(impossible) * (len(impossible) + 1) / 2
-    return float(wins / (len(impossible) * len(answerable)))
-
-
-def _average_ranks(values):
-    """1-based ranks, ties sharing their average rank."""
-    order = onp.argsort(values, kind='stable')
-    ranks = onp.empty(len(values))
-    ranks[order] = onp.arange(1, len(values) + 1)
-    unique, inverse = onp.unique(values, return_inverse=True)
-    sums = onp.bincount(inverse, weights=ranks, minlength=len(unique))
-    return (sums / onp.bincount(inverse, minlength=len(unique)))[inverse]
+    return dict(results, metrics=v2_metrics(examples, predictions, final, null_odds))
 
 
 def calibrate_threshold(model, examples, tokenizer, config, ctx):
@@ -190,16 +141,7 @@ def calibrate_threshold(model, examples, tokenizer, config, ctx):
     _, outputs = infer(model, features, config, ctx)
     spans, _, null_odds, _ = squad.decode_predictions(
         examples, features, outputs, config.n_best_size, config.max_answer_length, math.inf)
-    gains = {e.qas_id: max(squad.f1_score(gold, spans[e.qas_id]) for gold in
-                           squad.gold_answers(e)) - (not e.answers) for e in examples}
-    best, threshold = squad.sweep_null_threshold(
-        {e.qas_id: null_odds[e.qas_id] for e in examples}, gains,
-        float(sum(1 for e in examples if not e.answers)), 'between')
-    f1 = 100.0 * best / len(examples)
-    names = sorted({e.title for e in examples}, key=[e.title for e in examples].index)
-    return NullThreshold(threshold, 'held-out articles {}'.format(', '.join(names))), {
-        'heldout_f1': f1, 'heldout_null_odds_auc': null_odds_auc(examples, null_odds),
-        'heldout_total': len(examples)}
+    return choose_threshold(examples, spans, null_odds)
 
 
 def score_and_write(eval_set, outputs, threshold, output_dir, extra, *, n_best_size,

@@ -7,6 +7,7 @@ from gluon_attention.data import squad
 from gluon_attention.data.squad import SquadExample
 from gluon_attention.export.onnx_calibrate import activation_ranges
 from gluon_attention.export.onnx_optimize import check_node_names
+from jobs.squad.combine import combine, mean_null_odds, read_run_outputs
 from jobs.squad.data import check_no_shared_data, check_not_trained_on
 from refusal import assert_refusal
 
@@ -44,6 +45,19 @@ BAD = [
     ('check_not_trained_on-title-in-another-case',
      lambda: check_not_trained_on({'trained_titles': ['t']}, [_example('e1', 'a')], 'f'),
      ValueError, ["shared_titles=['T']", "question_ids=['e1']", 'num_questions=1']),
+    ('mean_null_odds-no-runs', lambda: mean_null_odds([]), ValueError, ['num_runs=0']),
+    ('mean_null_odds-other-questions',
+     lambda: mean_null_odds([{'q1': 0.0, 'q2': 1.0}, {'q1': 0.0, 'q3': 1.0}]), ValueError,
+     ['same questions', 'run=1', "missing=['q2']", "extra=['q3']"]),
+    ('combine-one-heldout-output-per-run',
+     lambda: combine([_example('h', 'a')], [_example('e', 'a')], [({'h': 'a'}, {'h': 0.0})], []),
+     ValueError, ['num_runs=0', 'num_heldout=1']),
+    ('combine-question-without-null-odds',
+     lambda: combine([_example('h', 'a')], [_example('e', 'a')], [({'h': 'a'}, {'h': 0.0})],
+                     [({'x': 'a'}, {'x': 0.0})]),
+     ValueError, ['every evaluation question', "first_missing='e'"]),
+    ('read_run_outputs-not-a-run-folder', lambda: read_run_outputs('no-such-folder'),
+     ValueError, ['nbest_predictions.json', "folder='no-such-folder'"]),
 ]
 
 
