@@ -18,10 +18,10 @@ HOLD = ('import sys, time; from jobs.engine.run_lock import hold_run_lock; '
         'hold_run_lock(sys.argv[1]); print("held", flush=True); time.sleep(600)')
 
 
-def _holder(folder):
+def _holder(folder, **env):
     """A process that holds ``folder``'s lock until it is killed (started and holding)."""
     proc = subprocess.Popen([sys.executable, '-c', HOLD, str(folder)], stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+                            text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **env))
     assert proc.stdout.readline().strip() == 'held'
     return proc
 
@@ -54,3 +54,24 @@ def test_the_lock_of_a_killed_run_is_gone_with_it(tmp_path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         release_run_locks()                     # a run that returned lets the next one in
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_the_workers_of_a_distributed_job_share_the_folder(tmp_path, monkeypatch):
+    """Two launched workers (DMLC_ROLE set) hold it together; a plain run beside them is
+    refused, and so is a worker beside a plain run."""
+    workers = [_holder(tmp_path, DMLC_ROLE='worker') for _ in range(2)]
+    try:
+        with pytest.raises(ValueError, match='another run holds its lock'):
+            hold_run_lock(str(tmp_path))
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+    single = _holder(tmp_path / 'single')
+    try:
+        monkeypatch.setenv('DMLC_ROLE', 'worker')
+        with pytest.raises(ValueError, match='process {}'.format(single.pid)):
+            hold_run_lock(str(tmp_path / 'single'))
+    finally:
+        single.kill()
+        single.wait()
