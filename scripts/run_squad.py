@@ -73,6 +73,7 @@ def main(argv=None):
                     'quantize': (quantize.prepare_quantize, quantize.run_quantize)}[command]
     from jobs.engine.config import as_flags
     from jobs.engine.loop import exit_interrupted
+    from jobs.engine.run_lock import release_run_locks
     try:
         try:            # what the command line names must exist before any work starts
             prepared = prepare(config)
@@ -83,6 +84,8 @@ def main(argv=None):
         return run(config, prepared)
     except KeyboardInterrupt as stop:       # Ctrl-C: one line, status 130
         return exit_interrupted('run_squad.py', stop, command == 'train')
+    finally:
+        release_run_locks()     # train's lock on its --output-dir
 
 
 if __name__ == '__main__':

@@ -13,12 +13,15 @@ Needs a Java runtime (Debian/Ubuntu: openjdk-17-jre-headless) and the [serve] ex
 import argparse
 import json
 import os
+import shlex
 import sys
 
 # the repository root, for the jobs (jobs/, not part of the installed package)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COMMANDS = ('start', 'stop', 'status')
+#: the instance folder of ``make serve`` and of stop/status without --instance-dir
+DEFAULT_INSTANCE_DIR = os.path.join('runs', 'serve')
 
 
 def build_parser():
@@ -33,8 +36,8 @@ def build_parser():
     for name in ('stop', 'status'):
         sub = commands.add_parser(name, help='{} the server of --instance-dir'.format(name),
                                   allow_abbrev=False)
-        sub.add_argument('--instance-dir', default='runs/serve', help='the instance folder '
-                         '(default: runs/serve)')
+        sub.add_argument('--instance-dir', default=DEFAULT_INSTANCE_DIR,
+                         help='the instance folder (default: {})'.format(DEFAULT_INSTANCE_DIR))
     return parser
 
 
@@ -44,8 +47,22 @@ def _usage(info):
     return ('serving {model_dir} as {model_name} (pid {pid}, {workers} worker(s) x {threads} '
             'threads, batch {batch_size}, delay {max_batch_delay} ms)\n'
             'query it:\n  curl -s -H "Content-Type: application/json" -d \'{q}\' {url}\n'
-            'stop it:\n  make serve-stop   (or: scripts/serve.py stop --instance-dir '
-            '{instance_dir})'.format(q=question, **info))
+            'stop it:\n  {stop}'.format(q=question, stop=_stop_command(info['instance_dir']),
+                                        **info))
+
+
+#: the second line of the error when the model folder does not exist (yet)
+_NO_MODEL = ('serve.py start: {} does not exist: run make demo first (it trains and saves the '
+             'model folder runs/squad/model), or name a model folder with --model-dir (make '
+             'serve MODEL_DIR=...)')
+
+
+def _stop_command(instance_dir):
+    """How to stop the instance of ``instance_dir``: ``make serve-stop`` for the default one."""
+    script = 'scripts/serve.py stop --instance-dir {}'.format(shlex.quote(instance_dir))
+    if os.path.normpath(instance_dir) == DEFAULT_INSTANCE_DIR:
+        return 'make serve-stop   (or: {})'.format(script)
+    return '{}   (or: make serve-stop SERVE_DIR={})'.format(script, shlex.quote(instance_dir))
 
 
 def main(argv=None):
@@ -72,6 +89,8 @@ def main(argv=None):
         info = serve.start(config)
     except (ValueError, RuntimeError) as err:     # ServeSetupError is a RuntimeError
         print('serve.py start: error: {}'.format(as_flags(err, ServeConfig)), file=sys.stderr)
+        if not os.path.isdir(config.model_dir):
+            print(_NO_MODEL.format(config.model_dir), file=sys.stderr)
         return 2
     print(_usage(info))
     return 0

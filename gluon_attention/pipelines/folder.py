@@ -121,11 +121,10 @@ def check_model_folder(folder, fine_tuned, weights=True):
     ValueError
         Naming the missing files: ``model_dir must be ... Received: model_dir=...``.
     """
-    needed = _ENCODER_FILES if weights else ()
-    if fine_tuned and is_span_folder(folder):
-        needed += (heads.HEAD_CONFIG, heads.HEAD_FILE) if weights else (heads.HEAD_CONFIG,)
-    elif fine_tuned:
-        needed += (QA_CONFIG, HEAD_FILE) if weights else (QA_CONFIG,)
+    needed, other = _ENCODER_FILES if weights else (), ''
+    if fine_tuned:
+        head, other = _head_files(folder, weights)
+        needed += head
     missing = [name for name in needed if not os.path.isfile(os.path.join(folder, name))]
     if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES[:2]):
         missing.append(_missing_tokenizer(folder))
@@ -135,8 +134,23 @@ def check_model_folder(folder, fine_tuned, weights=True):
         inner = os.path.join(folder, 'model')     # a train run's folder holds its model/
         hint = '; did you mean {}, the model folder of that run?'.format(inner) if (
             os.path.isfile(os.path.join(inner, QA_CONFIG))) else ''
-        fail('model_dir must be {} with {} (missing: {}){}'.format(
-            kind, ', '.join(needed), ', '.join(missing), hint), model_dir=folder)
+        fail('model_dir must be {} with {}{} (missing: {}){}'.format(
+            kind, ', '.join(needed), other, ', '.join(missing), hint), model_dir=folder)
+
+
+def _head_files(folder, weights):
+    """(the head files a fine-tuned ``folder`` needs, the other form's as text or ''): those of
+    a converted span head for a span folder, else those train writes; a folder that holds
+    neither form's files (no model yet) is told both."""
+    span = (heads.HEAD_CONFIG, heads.HEAD_FILE) if weights else (heads.HEAD_CONFIG,)
+    if is_span_folder(folder):
+        return span, ''
+    trained = (QA_CONFIG, HEAD_FILE) if weights else (QA_CONFIG,)
+    if any(os.path.isfile(os.path.join(folder, name))
+           for name in (QA_CONFIG, HEAD_FILE, heads.HEAD_CONFIG)):
+        return trained, ''
+    return trained, ' (or, for a converted folder, {} in place of {})'.format(
+        ', '.join(span), ', '.join(trained))
 
 
 def head_params(model):

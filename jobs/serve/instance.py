@@ -315,8 +315,8 @@ def start(config, log=print):
     ValueError
         The instance already runs, a port is taken, the model folder or graph is incomplete.
     """
+    check_model_folder(config.model_dir, fine_tuned=True)    # before Java: no model, no server
     check_runtime()
-    check_model_folder(config.model_dir, fine_tuned=True)
     _threshold(config)
     gluon_attention.Kernels(matmul_dtype=config.matmul_dtype).resolve()  # bfloat16 runs here
     paths = instance_paths(config.instance_dir)

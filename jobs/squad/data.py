@@ -244,13 +244,14 @@ def paragraph_keys(examples):
     return sorted({paragraph_key(context) for context in {e.context for e in examples}})
 
 
-def check_not_trained_on(qa_config, eval_examples, eval_file):
+def check_not_trained_on(qa_config, eval_examples, eval_file, converted_from=None):
     """Refuse to evaluate a model folder on the articles or paragraphs it was trained on.
 
     ``qa_config``: the folder's ``qa_config.json``. Its ``trained_titles`` are refused by
     normalised title, its ``trained_paragraphs`` (:func:`paragraph_keys`) by context text,
     whatever the title. A folder written before a record is checked on what it records, and a
-    note (stderr) says what is not checked. Returns the overlap checked for ``metrics.json``
+    note (stderr) says what is not checked (and, for a folder converted from the GluonNLP 0.10
+    model ``converted_from``, that it has no training record). Returns the overlap checked for ``metrics.json``
     (``train_eval_shared_titles``, ``train_eval_shared_paragraphs``: 0 where checked);
     ValueError naming the shared titles, the number of shared paragraphs, the evaluation titles
     holding them and their first question ids.
@@ -263,11 +264,12 @@ def check_not_trained_on(qa_config, eval_examples, eval_file):
              'trained_titles and trained_paragraphs of its qa_config.json; a paragraph whatever '
              'its title)', eval_file=eval_file, **overlap.received())
     if trained_paragraphs is None:
-        print('note: the model folder records no trained paragraphs (written before they were '
-              'recorded): {}'.format('only article titles are checked against its training data'
-                                     if trained_titles is not None else
-                                     'nothing is checked against its training data'),
-              file=sys.stderr)
+        why = ('converted from the GluonNLP 0.10 model {}, it has no training record'.format(
+            converted_from) if converted_from else 'written before they were recorded')
+        print('note: the model folder records no trained paragraphs ({}): {}'.format(
+            why, 'only article titles are checked against its training data'
+            if trained_titles is not None else 'nothing is checked against its training data'),
+            file=sys.stderr)
     checked = {'train_eval_shared_titles': trained_titles, 'train_eval_shared_paragraphs':
                trained_paragraphs}
     return {key: 0 for key, record in checked.items() if record is not None}

@@ -128,6 +128,16 @@ def answer_features(config, job):
     return infer(model, features, config, job.contexts[0])[1]
 
 
+def converted_from(folder):
+    """The GluonNLP 0.10 model a folder was converted from (``gluonnlp_model`` of its
+    ``config.json``, as :func:`gluon_attention.convert.from_gluonnlp` records it), else None."""
+    path = os.path.join(folder, 'config.json')
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding='utf-8') as handle:
+        return json.load(handle).get('gluonnlp_model') or None
+
+
 def prepare_evaluate(config):
     """Devices, the model folder's settings and tokenizer, evaluation questions and features."""
     check_data_files(config)
@@ -138,8 +148,8 @@ def prepare_evaluate(config):
                                               THRESHOLD_NAME)
     onnx_block = _onnx_block(config)
     examples = load_eval_examples(config)
-    overlap = check_not_trained_on(model_config, examples,
-                                   config.eval_file)
+    overlap = check_not_trained_on(model_config, examples, config.eval_file,
+                                   converted_from(folder.path))
     eval_set = EvalSet.from_examples(examples, folder.tokenizer(),
                                      model_config['eval_max_seq_length'],
                                      model_config['max_query_length'])

@@ -157,9 +157,30 @@ def _calibrate(report, calibration):
     report['int8_dynamic'] = dynamic
 
 
-def write_int8_model(inference, folder, num_heads, hidden_size, per_channel=True,
-                     int8_head=True, num_layers=None, calibration=None, reduce_range=None,
-                     int8_ffn=True):
+#: What marks ``<output-dir>/int8`` finished: removed before a run writes and when it fails.
+FINISHED_FILES = ('qa-int8.onnx', 'qa-int8-dynamic.onnx', 'int8.json')
+
+
+def write_int8_model(inference, folder, *args, **options):
+    """:func:`_write_int8_model`, leaving no file that looks finished when it fails: the INT8
+    models and ``int8.json`` of :data:`FINISHED_FILES` (an earlier run's included) are removed
+    first and again on any exception, which is raised again. Each file is itself written
+    atomically, so a finished ``int8.json`` means every file it names was written whole."""
+    def remove_finished():
+        for name in FINISHED_FILES:
+            if os.path.exists(os.path.join(folder, name)):
+                os.remove(os.path.join(folder, name))
+    remove_finished()
+    try:
+        return _write_int8_model(inference, folder, *args, **options)
+    except BaseException:
+        remove_finished()
+        raise
+
+
+def _write_int8_model(inference, folder, num_heads, hidden_size, per_channel=True,
+                      int8_head=True, num_layers=None, calibration=None, reduce_range=None,
+                      int8_ffn=True):
     """Export ``inference`` (a :class:`QAInference`) to ``folder`` and write its float32 ONNX
     files and the INT8 one (see the module docstring). ``int8_head``, ``int8_ffn``: False keeps
     the QA head's, the encoder's feed-forward products in float32. ``num_layers``: the encoder's

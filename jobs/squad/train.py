@@ -18,6 +18,7 @@ from gluon_attention.data.squad_layout import pair_layout
 from gluon_attention.pipelines.folder import recorded_training
 
 from ..engine.config import write_run_config
+from ..engine.run_lock import hold_run_lock
 from ..engine.train_log import TRAIN_LOG
 from .config import NEVER_NULL, THRESHOLD_NAME, NullThreshold
 from .data import (check_data_files, check_model_fits, check_no_shared_data, eval_stride,
@@ -75,13 +76,15 @@ def prepare_train(config):
     ``run_config.json`` is written. Training and evaluation questions are read first and
     refused when they share an article or a paragraph
     (:func:`~jobs.squad.data.check_no_shared_data`; the articles the starting
-    folder records count as training), before any feature is built."""
+    folder records count as training), before any feature is built. A folder another run
+    holds is refused (:func:`~jobs.engine.run_lock.hold_run_lock`)."""
     contexts, folder = contexts_of(config), model_folder(config)
     print(require_matmul_dtype(config.matmul_dtype, contexts, fused.cpu_features()))
     check_model_fits(folder, {'max_seq_length': config.max_seq_length,
                              'eval_max_seq_length': config.eval_max_seq_length,
                              'freeze_layers': config.freeze_layers})
     check_data_files(config)
+    hold_run_lock(config.output_dir)    # one run per folder, until this process ends
     check_resumable(config)
     train_examples, eval_examples = training_examples(config), load_eval_examples(config)
     inherited = recorded_training(folder)

@@ -73,7 +73,8 @@ BAD = [
       "threshold='auto'"]),
     ('load-qa-folder-missing', lambda: load_qa_folder('absent'), ValueError,
      ['model_dir must be a model folder saved by train', 'qa_config.json',
-      "model_dir='absent'"]),
+      'or, for a converted folder, head_config.json, head.safetensors in place of '
+      'qa_config.json, qa_head.safetensors', "model_dir='absent'"]),
     ('load-qa-folder-no-weights', lambda: load_qa_folder(_tokenizer_only_folder()), ValueError,
      ['missing: config.json, model.safetensors, qa_head.safetensors', "model_dir='tuned'"]),
     ('load-qa-folder-roberta-without-tokenizer', lambda: QAPredictor.from_folder(

@@ -149,3 +149,16 @@ def test_calibrated_int8_gives_each_feature_the_same_outputs_at_every_batch_size
                     for run in runs[1:] for i in (0, 2, 4))
         indices = all((run[i] == runs[0][i]).all() for run in runs[1:] for i in (1, 3))
         assert (equal and indices) is same, name
+
+
+def test_a_failed_quantize_leaves_no_file_that_looks_finished(tmp_path):
+    """A check that fails after the INT8 model was written (3 layers asked of a 2-layer
+    encoder) removes it: no qa-int8.onnx or int8.json is left, an earlier run's neither."""
+    for name in quantize.FINISHED_FILES:
+        (tmp_path / name).write_text('an earlier run')
+    with pytest.raises(ValueError, match=r'num_layers=3, fused_attention=2'):
+        quantize.write_int8_model(_inference(), str(tmp_path), HEADS, UNITS,
+                                  num_layers=LAYERS + 1)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert 'qa-optimized.onnx' in written         # it did get as far as writing the model
+    assert not set(written) & set(quantize.FINISHED_FILES), written

@@ -142,7 +142,22 @@ def test_a_folder_written_before_the_paragraph_record_checks_titles_and_says_so(
         'recorded): only article titles are checked against its training data\n')
     assert check_not_trained_on({}, examples, 'f') == {}
     assert 'nothing is checked' in capsys.readouterr().err
+    # a converted folder was never trained here: said so, not 'written before'
+    assert check_not_trained_on({}, examples, 'f', 'bert_12_768_12') == {}
+    assert capsys.readouterr().err == (
+        'note: the model folder records no trained paragraphs (converted from the GluonNLP 0.10 '
+        'model bert_12_768_12, it has no training record): nothing is checked against its '
+        'training data\n')
     record = {'trained_titles': [],
               'trained_paragraphs': [_sha16(' A paragraph  seen in\ttraining.')]}
     with pytest.raises(ValueError, match="shared_paragraphs=1, titles_to_fix=.'Warszawa'.,"):
         check_not_trained_on(record, examples * 2, 'f')
+
+
+def test_a_converted_folder_is_told_by_its_gluonnlp_record(tmp_path):
+    from jobs.squad.infer import converted_from
+    assert converted_from(str(tmp_path)) is None                  # no config.json
+    (tmp_path / 'config.json').write_text('{"hidden_size": 8}')
+    assert converted_from(str(tmp_path)) is None                  # trained or pretrained
+    (tmp_path / 'config.json').write_text('{"gluonnlp_model": "roberta_12_768_12"}')
+    assert converted_from(str(tmp_path)) == 'roberta_12_768_12'
