@@ -25,10 +25,10 @@ class ExportedBlock(mx.gluon.SymbolBlock):
     input_dtypes : list of str
         The NumPy dtype name each positional input must have.
 
-    Raises (on a call)
-    ------------------
+    Raises
+    ------
     TypeError
-        An input array whose dtype differs from the recorded one (e.g. float16 inputs to a
+        When called: an input array whose dtype differs from the recorded one (e.g. float16 inputs to a
         graph exported from float32 calls).
     """
 
