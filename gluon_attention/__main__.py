@@ -58,12 +58,20 @@ def _convert_parser(architectures):
     return parser
 
 
+def _summary(result):
+    """The success line of a conversion, e.g. ``wrote out: encoder, span head, tokenizer``."""
+    parts = ['encoder'] + ['{} head'.format(result['head'])] * bool(result['head']) + [
+        'tokenizer'] * bool(result['tokenizer'])
+    return 'wrote {}: {}'.format(result['output_dir'], ', '.join(parts))
+
+
 def convert_main(argv):
     """``convert``: a GluonNLP 0.10 ``.params`` file -> a model folder, or back with
     ``--to gluonnlp``, or that folder for transformers with ``--to transformers``. Returns the
     exit status: 0 on success, 2 on refused input or a missing extra (``hf``)."""
     from .convert import (  # pylint: disable=import-outside-toplevel
         ARCHITECTURES, from_gluonnlp, to_gluonnlp, to_transformers)
+    from .convert.gluonnlp import SIZES_HINT  # pylint: disable=import-outside-toplevel
     parser = _convert_parser(ARCHITECTURES)
     args = parser.parse_args(argv)
     if (args.source is None) == (args.target is None):
@@ -84,8 +92,11 @@ def convert_main(argv):
                                merges_file=args.merges)
     except (ValueError, FileNotFoundError, ImportError) as err:    # ImportError: an extra
         print('error: {}'.format(err), file=sys.stderr)
+        if SIZES_HINT in str(err):
+            print('(on the command line: --sizes KEY=N,..., e.g. --sizes num_layers=4,units=256)',
+                  file=sys.stderr)
         return 2
-    print('{output_dir}: encoder, head {head}, tokenizer {tokenizer}'.format(**result))
+    print(_summary(result))
     return 0
 
 

@@ -28,9 +28,9 @@ import numpy as onp
 __all__ = ['fail', 'fail_type', 'is_symbol', 'entry', 'validated_by', 'check_choice',
            'check_positive_int', 'check_probability', 'check_bool', 'check_rank',
            'check_same_dim', 'check_mask', 'check_valid_length', 'check_index_range',
-           'check_float_tensor', 'check_axis', 'check_positive_real', 'check_not_empty',
-           'check_memory_lengths', 'check_token_ids', 'check_same_float_dtype',
-           'check_not_bool_lengths', 'check_text']
+           'check_float_tensor', 'check_np_array', 'check_axis', 'check_positive_real',
+           'check_not_empty', 'check_memory_lengths', 'check_token_ids',
+           'check_same_float_dtype', 'check_not_bool_lengths', 'check_text']
 
 # Largest element count a score tensor may have: MXNet 1.9.1 CPU kernels index with int32 unless
 # built with large-tensor support (the PyPI wheel is not).
@@ -100,11 +100,19 @@ def is_tensor(x):
     return isinstance(x, (mx.nd.NDArray, mx.sym.Symbol))
 
 
+def check_np_array(name, x, of=''):
+    """``x`` must be an ``mx.np`` (numpy-mode) array: a NumPy array, a list or a legacy ``mx.nd``
+    array is a TypeError naming the conversion. ``of`` ends the expectation, e.g. ``' of token
+    ids'``."""
+    if not isinstance(x, mx.np.ndarray):
+        fail_type('{} must be an mx.np array{} (numpy mode: convert a NumPy array with '
+                  'mx.np.array, a legacy mx.nd array with .as_np_ndarray())'.format(name, of),
+                  **{name: type(x).__name__})
+
+
 def check_float_tensor(name, x):
     """``x`` must be an ``mx.np`` float array (float16/32/64)."""
-    if not isinstance(x, mx.np.ndarray):
-        fail_type('{} must be an mx.np array (use mx.np.array or .as_np_ndarray())'.format(name),
-                  **{name: type(x).__name__})
+    check_np_array(name, x)
     if x.dtype not in (onp.float16, onp.float32, onp.float64):
         fail_type('{} must be a float16, float32 or float64 array'.format(name),
                   **{name + '.dtype': onp.dtype(x.dtype).name})
@@ -165,8 +173,7 @@ def check_rank(name, x, ranks):
     """Imperatively check that tensor ``x`` has one of the ranks in ``ranks``."""
     if x is None or is_symbol(x):
         return
-    if not isinstance(x, mx.nd.NDArray):
-        fail_type('{} must be an mxnet array'.format(name), **{name: type(x).__name__})
+    check_np_array(name, x)
     if x.ndim not in ranks:
         fail('{} must have rank {}'.format(name, ' or '.join(str(r) for r in ranks)),
              **{name + '.shape': x.shape})
@@ -220,9 +227,7 @@ def check_valid_length(valid_length, length, name='valid_length', batch_size=Non
     as a NumPy array (None for None or a symbol)."""
     if valid_length is None or is_symbol(valid_length):
         return None
-    if not isinstance(valid_length, mx.nd.NDArray):
-        fail_type('{} must be an mxnet array of integer lengths'.format(name),
-                  **{name: type(valid_length).__name__})
+    check_np_array(name, valid_length, ' of integer lengths')
     check_not_bool_lengths(valid_length, name)
     values = valid_length.asnumpy()
     if values.dtype.kind == 'f' and not onp.all(onp.isfinite(values) & (values == onp.round(values))):
@@ -302,8 +307,7 @@ def check_index_range(num_elements, what='the attention scores'):
 def check_token_ids(name, ids, size):
     """Imperatively check token ids in [0, size): an integer array (float ids are refused, as an
     Embedding would truncate them silently, and so are ids outside the range it would clip)."""
-    if not isinstance(ids, mx.nd.NDArray):
-        fail_type('{} must be an mxnet array of token ids'.format(name), **{name: type(ids).__name__})
+    check_np_array(name, ids, ' of token ids')
     values = ids.asnumpy()
     if values.dtype.kind not in 'iu':
         fail_type('{} must be an integer array of token ids (int32; convert float ids with '

@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 
-__all__ = ['atomic_path', 'atomic_write_json']
+__all__ = ['atomic_path', 'atomic_write_json', 'write_safetensors']
 
 
 @contextlib.contextmanager
@@ -36,3 +36,17 @@ def atomic_write_json(path, obj):
     with atomic_path(path) as tmp:
         with open(tmp, 'w', encoding='utf-8') as handle:
             json.dump(obj, handle, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Write ``tensors`` (name -> NumPy array) as a safetensors file at ``path``, atomically.
+
+    The bytes are written with ``open``, so the file gets the mode of every other output
+    (0666 less the umask, 0644 under the usual 022); ``safetensors.numpy.save_file`` creates
+    its files 0600. Needs the ``safetensors`` package (the callers ``require`` it).
+    """
+    from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
+    data = save(tensors, metadata=metadata)
+    with atomic_path(path) as tmp:
+        with open(tmp, 'wb') as handle:
+            handle.write(data)

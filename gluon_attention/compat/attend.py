@@ -121,6 +121,8 @@ def _check_attend(query, context, value, normalize, context_sizes, **_):
     value = context if value is None else value
     for name, x in (('query', query), ('context', context), ('value', value)):
         _checks.check_rank(name, x, (3,))
+    _checks.check_same_float_dtype(query=query, context=context,
+                                   value=None if value is context else value)
     if not query.shape[0] == context.shape[0] == value.shape[0]:
         _checks.fail('query, context and value must have the same batch size',
                      **{'query.shape': query.shape, 'context.shape': context.shape,
@@ -140,6 +142,7 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
     Parameters
     ----------
     query : mx.np.ndarray (B, M, D1)
+        float16, float32 or float64; context and value share its dtype.
     context : mx.np.ndarray (B, N, D2)
     value : mx.np.ndarray (B, N, P) or None
         Defaults to ``context``.
@@ -163,7 +166,8 @@ def attend(query, context, value=None, score='dot', normalize='softmax', context
         Batch sizes differ, an unknown score or normalize name, D1 != D2 with ``'dot'``, or
         ``context_sizes`` of another length than B or with a size outside [0, N].
     TypeError
-        ``context_sizes`` not a list of ints.
+        ``context_sizes`` not a list of ints; query, context or value not an ``mx.np`` float
+        (float16/32/64) array, or of different float dtypes.
     """
     value = context if value is None else value
     scores = _scores(score, query, context)                                    # (B, M, N)

@@ -27,6 +27,7 @@ from . import zoo_names as names
 from .bpe import bpe_tokenizer
 from .vocab import read_vocab, write_tokenizer
 from .._optional import require
+from ..files import write_safetensors
 
 __all__ = ['ARCHITECTURES', 'SIZE_KEYS', 'from_gluonnlp', 'to_gluonnlp', 'encoder_config']
 
@@ -103,18 +104,24 @@ def _load_params(params_file):
     return loaded
 
 
+#: Ends the refusals of parameters that do not fit model_name's sizes.
+SIZES_HINT = ("; is model_name right? A model built at other sizes than its zoo name's needs "
+              "them in sizes, e.g. {'num_layers': 4, 'units': 256}")
+
+
 def _check_shapes(received, expected, params_file):
     """Refuse missing or unknown names and mis-shaped tensors, naming them."""
     missing = sorted(set(expected) - set(received))
     unknown = sorted(set(received) - set(expected))
     if missing or unknown:
         _checks.fail('the parameters must be exactly those of the model (missing: {}; unknown: '
-                     '{})'.format(missing[:5] or 'none', unknown[:5] or 'none'),
+                     '{}){}'.format(missing[:5] or 'none', unknown[:5] or 'none', SIZES_HINT),
                      params_file=str(params_file))
     for name, shape in expected.items():
         if tuple(received[name].shape) != shape:
-            _checks.fail('parameter {} must have shape {} for this architecture and size'
-                         .format(name, shape), **{name + '.shape': tuple(received[name].shape)})
+            _checks.fail('parameter {} must have shape {} for this architecture and size{}'
+                         .format(name, shape, SIZES_HINT),
+                         **{name + '.shape': tuple(received[name].shape)})
 
 
 def _read_model(params_file, model_name, vocab_size, sizes):
@@ -200,15 +207,14 @@ def from_gluonnlp(params_file, model_name, vocab_file, output_dir, lower=None, s
 
 def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
     require('safetensors')
-    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder.mkdir(parents=True, exist_ok=True)
     raw = dict(config_json(config), gluonnlp_model=model_name)
     if vocab['special']['padding_token'] in vocab['tokens']:
         raw['pad_token_id'] = vocab['tokens'].index(vocab['special']['padding_token'])
     (folder / 'config.json').write_text(json.dumps(raw, indent=2, sort_keys=True) + '\n',
                                         encoding='utf-8')
-    save_file(names.to_bert_names(backbone, config), str(folder / 'model.safetensors'),
-              metadata={'format': 'pt'})
+    write_safetensors(folder / 'model.safetensors', names.to_bert_names(backbone, config),
+                      metadata={'format': 'pt'})
     if head is not None:
         head_config = dict(kind=head['kind'], units=config['units'], source='gluonnlp-0.10')
         tensors = names.head_to_ours(head, backbone)
@@ -216,7 +222,7 @@ def _write_folder(folder, model_name, config, backbone, head, vocab, tokenizer):
             head_config['num_classes'] = int(tensors['classifier.weight'].shape[0])
         (folder / HEAD_CONFIG).write_text(json.dumps(head_config, indent=2) + '\n',
                                           encoding='utf-8')
-        save_file(tensors, str(folder / HEAD_FILE))
+        write_safetensors(folder / HEAD_FILE, tensors)
     lower, bpe = tokenizer
     has_tokenizer = not model_name.startswith('roberta') or bpe is not None
     if bpe is not None:

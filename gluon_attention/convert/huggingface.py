@@ -18,6 +18,7 @@ import numpy as onp
 from .. import _checks
 from ..models.checkpoint import canonical_names, config_json, read_checkpoint
 from .._optional import require
+from ..files import write_safetensors
 
 __all__ = ['to_transformers']
 
@@ -86,12 +87,12 @@ def to_transformers(model_dir, output_dir):
     raw = json.loads((source / 'config.json').read_text(encoding='utf-8'))
     hf_config = _hf_config(config, raw)
     require('safetensors')
-    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     target.mkdir(parents=True, exist_ok=True)
     (target / 'config.json').write_text(json.dumps(hf_config, indent=2, sort_keys=True) + '\n',
                                         encoding='utf-8')
-    save_file(_hf_tensors(config, canonical_names(tensors), raw),
-              str(target / 'model.safetensors'), metadata={'format': 'pt'})
+    write_safetensors(target / 'model.safetensors',
+                      _hf_tensors(config, canonical_names(tensors), raw),
+                      metadata={'format': 'pt'})
     for name in _TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)

@@ -8,6 +8,9 @@ own hybridized block receives symbols and is not checked. A call with an empty i
 (e.g. L_q = 0) runs imperatively even when the block is hybridized, and returns empty outputs
 of the right shapes.
 """
+import functools
+import inspect
+
 import mxnet as mx
 import numpy as onp
 from mxnet.gluon import HybridBlock
@@ -37,6 +40,7 @@ class CheckedBlock(HybridBlock):
                                   .format(type(self).__name__),
                                   **{'first input': type(x).__name__})
             if outermost and isinstance(x, mx.nd.NDArray):
+                _check_arity(type(self), 1 + len(args))
                 self.check_inputs(x, *args)
             return self._run(x, *args)
 
@@ -53,6 +57,24 @@ class CheckedBlock(HybridBlock):
         with ctx:
             params = {k: v.data(ctx) for k, v in self._reg_params.items()}
             return self.hybrid_forward(mx.nd, *inputs, **params)
+
+
+@functools.lru_cache(maxsize=None)
+def _required_inputs(cls):
+    """Names of the arguments ``cls.check_inputs`` needs (no default), in order."""
+    params = list(inspect.signature(cls.check_inputs).parameters.values())[1:]   # minus self
+    return tuple(p.name for p in params
+                 if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty)
+
+
+def _check_arity(cls, count):
+    """A call with fewer arrays than the block needs is a TypeError naming the missing ones
+    (instead of Python's error about ``check_inputs``)."""
+    required = _required_inputs(cls)
+    if count < len(required):
+        _checks.fail_type('{} must be called with ({}) positionally; missing {}'.format(
+            cls.__name__, ', '.join(required), ', '.join(required[count:])),
+            **{'number of inputs': count})
 
 
 class Float32OnCPU(CheckedBlock):

@@ -168,7 +168,7 @@ def gen_mem_attn_mask(mem, mem_valid_length, data, data_valid_length=None, layou
         On an unknown ``layout``, or (imperatively) ``mem`` and ``data`` of different batch
         sizes, lengths not of shape (B,), or lengths outside their ranges.
     TypeError
-        (Imperatively) lengths that are not mxnet arrays of an integer or float dtype.
+        (Imperatively) lengths that are not mx.np arrays of an integer or float dtype.
     """
     time_axis, batch_axis = _time_and_batch_axes(layout)
     F = get_F(data)

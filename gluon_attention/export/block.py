@@ -19,6 +19,7 @@ import numpy as onp
 from .. import _checks
 from ..core import fused
 from ..files import atomic_path, atomic_write_json
+from .loaded import ExportedBlock
 
 __all__ = ['EXPORT_DTYPES', 'export_and_check', 'export_block', 'import_block', 'load',
            'run_exported']
@@ -183,7 +184,8 @@ def import_block(prefix, ctx=None):
     with mx.util.np_shape(True), mx.util.np_array(True):
         inputs = [mx.sym.var(name, dtype=dtype).as_np_ndarray()
                   for name, dtype in zip(spec['graph_input_names'], dtypes)]
-        block = mx.gluon.SymbolBlock(mx.sym.load(files['symbol']).as_np_ndarray(), inputs)
+        block = ExportedBlock(mx.sym.load(files['symbol']).as_np_ndarray(), inputs,
+                              spec.get('input_names') or spec['graph_input_names'], dtypes)
         block.collect_params().load(files['params'], ctx or mx.cpu(), cast_dtype=True,
                                     dtype_source='saved')
     return block, spec
@@ -208,8 +210,10 @@ def load(prefix, ctx=None):
 
     Returns
     -------
-    mx.gluon.SymbolBlock
-        Numpy mode; call it positionally with ``mx.np`` arrays of the recorded dtypes.
+    ExportedBlock (an mx.gluon.SymbolBlock)
+        Numpy mode; call it positionally with ``mx.np`` arrays of the recorded dtypes (a call
+        with another dtype, e.g. float16 inputs to a graph exported from float32 calls, raises
+        TypeError naming the input and its recorded dtype).
 
     Raises
     ------

@@ -19,6 +19,7 @@ from .._resources import default_model_dir
 from .hf_family import bert_form
 from .torch_bin import load_torch_bin
 from .._optional import require
+from ..files import write_safetensors
 
 TORCH_FILE = 'pytorch_model.bin'  # read when model.safetensors is absent
 
@@ -237,12 +238,11 @@ def write_checkpoint(block, folder, extra=None):
         The paths of the config and weights files.
     """
     require('safetensors')
-    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config_file, weights_file = folder / 'config.json', folder / 'model.safetensors'
     config = dict(bert_config(block), **(extra or {}))
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + '\n',
                            encoding='utf-8')
-    save_file(bert_tensors(block), str(weights_file), metadata={'format': 'pt'})
+    write_safetensors(weights_file, bert_tensors(block), metadata={'format': 'pt'})
     return str(config_file), str(weights_file)

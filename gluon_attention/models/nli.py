@@ -50,25 +50,27 @@ def _zero_padding(F, data, valid_length):
     return zero_unattended(data, mask)
 
 
-def _check_sentences(A, B, valid_length_A, valid_length_B, name_a='A', name_b='B', rank=3):
+def _check_sentences(A, B, valid_length_A, valid_length_B, names=('A', 'B'), rank=3):
     """Checks of a call's arrays: ranks, equal batch sizes, B and both sentence lengths at least
-    1 (each sentence is the other's memory), lengths in range."""
+    1 (each sentence is the other's memory), lengths in range. ``names``: the two sentences'
+    argument names, then (optionally) their lengths' (default ``valid_length_<sentence>``)."""
+    name_a, name_b = names[:2]
+    len_a, len_b = names[2:] or ('valid_length_' + name_a, 'valid_length_' + name_b)
     for name, x, ranks in ((name_a, A, (rank,)), (name_b, B, (rank,)),
-                           ('valid_length_' + name_a, valid_length_A, (1,)),
-                           ('valid_length_' + name_b, valid_length_B, (1,))):
+                           (len_a, valid_length_A, (1,)), (len_b, valid_length_B, (1,))):
         if x is None:
             _checks.fail_type('{} is required (call blocks positionally)'.format(name),
                               **{name: None})
         _checks.check_rank(name, x, ranks)
     if not _checks.is_symbol(A):
         _checks.check_same_dim('batch sizes', **{name_a: (A, 0), name_b: (B, 0),
-                                                 'valid_length_' + name_a: (valid_length_A, 0),
-                                                 'valid_length_' + name_b: (valid_length_B, 0)})
+                                                 len_a: (valid_length_A, 0),
+                                                 len_b: (valid_length_B, 0)})
         _checks.check_not_empty('the batch size B and both sentence lengths',
                                 (A.shape[0], A.shape[1], B.shape[1]),
                                 **{name_a + '.shape': A.shape, name_b + '.shape': B.shape})
-        _checks.check_valid_length(valid_length_A, A.shape[1], 'valid_length_' + name_a)
-        _checks.check_valid_length(valid_length_B, B.shape[1], 'valid_length_' + name_b)
+        _checks.check_valid_length(valid_length_A, A.shape[1], len_a)
+        _checks.check_valid_length(valid_length_B, B.shape[1], len_b)
 
 
 @mx.util.use_np
@@ -194,7 +196,7 @@ class Aggregate(Float32OnCPU):
             self.output = nn.Dense(num_outputs, flatten=True)
 
     def check_inputs(self, V_A, V_B, valid_length_A, valid_length_B):  # pylint: disable=arguments-differ
-        _check_sentences(V_A, V_B, valid_length_A, valid_length_B, 'V_A', 'V_B')
+        _check_sentences(V_A, V_B, valid_length_A, valid_length_B, ('V_A', 'V_B'))
 
     def hybrid_forward(self, F, V_A, V_B, valid_length_A, valid_length_B):
         v_A = _zero_padding(F, V_A, valid_length_A).sum(axis=1)   # (B, H)
@@ -245,7 +247,8 @@ class DecomposableAttention(CheckedBlock):
     def check_inputs(self, premise, hypothesis, premise_valid_length,  # pylint: disable=arguments-differ
                      hypothesis_valid_length):
         _check_sentences(premise, hypothesis, premise_valid_length, hypothesis_valid_length,
-                         'premise', 'hypothesis', rank=2)
+                         ('premise', 'hypothesis', 'premise_valid_length',
+                          'hypothesis_valid_length'), rank=2)
         for name, ids in (('premise', premise), ('hypothesis', hypothesis)):
             _checks.check_token_ids(name, ids, self.embedding.weight.shape[0])
 

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 
-from gluon_attention.files import atomic_write_json
+from gluon_attention.files import atomic_write_json, write_safetensors
 from gluon_attention.models.checkpoint import write_checkpoint
 from gluon_attention.pipelines.folder import (HEAD_FILE, QA_CONFIG, TOKENIZER_FILES,
                                               check_model_folder, head_params)
@@ -44,14 +44,14 @@ def save_model_folder(model, folder, tokenizer_dir, qa_config):
 
     Returns the folder's path.
     """
-    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
     folder = os.path.abspath(folder)
     tmp, old = '{}.tmp{}'.format(folder, os.getpid()), '{}.old{}'.format(folder, os.getpid())
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write_checkpoint(model.backbone, tmp, _source_keys(tokenizer_dir))
-        save_file({name: param.data().asnumpy() for name, param in head_params(model).items()},
-                  os.path.join(tmp, HEAD_FILE))
+        write_safetensors(os.path.join(tmp, HEAD_FILE),
+                          {name: param.data().asnumpy()
+                           for name, param in head_params(model).items()})
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(tokenizer_dir, name)):
                 shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(tmp, name))

@@ -22,7 +22,7 @@ from gluon_attention.core.functional import (dot_attn_score, l2_normalize,
                                              select_vectors_by_position)
 from gluon_attention.core import fused, fused_adamw
 from gluon_attention.core.matmul import require_matmul_dtype
-from gluon_attention.export import export_and_check, export_block, import_block
+from gluon_attention.export import export_and_check, export_block, import_block, load
 from gluon_attention.models.encoder import BertEncoder
 from gluon_attention.models.nli import Aggregate, Attend, Compare, DecomposableAttention
 from gluon_attention.models.qa import ModelForQAConditional, QAInference, qa_loss
@@ -116,6 +116,12 @@ def _called_dense():
     dense.hybridize()
     dense(np.ones((1, 3)))
     return dense
+
+
+def _exported_dense():
+    """:func:`_called_dense` exported (input 'x', float32) and loaded back."""
+    export_block(_called_dense(), 'dense', ['x'], ['float32'])
+    return load('dense')
 
 
 Q, K, V = rand(2, 3, 4), rand(2, 5, 4), rand(2, 5, 6)
@@ -307,6 +313,13 @@ BAD = [
      TypeError, ['1']),
     ('MultiHeadAttentionCell-mask-rank-2', lambda: ga.MultiHeadAttentionCell(layout='NKT')(
         Q4, K4, V4, np.ones((2, 5)), None), ValueError, ['(2, 5)']),
+    ('MultiHeadAttentionCell-valid_length-legacy-nd', lambda: ga.MultiHeadAttentionCell(
+        layout='NKT')(Q4, K4, V4, None, None, mx.nd.array([5, 2])), TypeError,
+     ['valid_length must be an mx.np array (numpy mode', 'as_np_ndarray',
+      "valid_length='NDArray'"]),
+    ('MultiHeadAttentionCell-valid_length-numpy', lambda: ga.MultiHeadAttentionCell(
+        layout='NKT')(Q4, K4, V4, None, None, onp.array([5, 2])), TypeError,
+     ['valid_length must be an mx.np array', 'mx.np.array', "valid_length='ndarray'"]),
     ('MultiHeadAttention-units-not-divisible-by-heads', lambda: ga.MultiHeadAttention(10, 3),
      ValueError, ['10']),
     ('MultiHeadAttention-units-zero', lambda: ga.MultiHeadAttention(0, 3), ValueError, ['0']),
@@ -341,6 +354,14 @@ BAD = [
      ValueError, ['[-1, 2]']),
     ('attend-context_sizes-fractional', lambda: ga.attend(Q, K, context_sizes=[1.5, 2]),
      TypeError, ['1.5']),
+    ('attend-int32-arrays', lambda: ga.attend(Q.astype('int32'), K.astype('int32')), TypeError,
+     ['query must be a float16, float32 or float64 array', "query.dtype='int32'"]),
+    ('attend-int32-value', lambda: ga.attend(Q, K, V.astype('int32')), TypeError,
+     ['value must be a float16, float32 or float64 array', "value.dtype='int32'"]),
+    ('attend-mixed-float-dtypes', lambda: ga.attend(Q, K.astype('float64')), TypeError,
+     ['query, context must share one float dtype', "context.dtype='float64'"]),
+    ('attend-legacy-nd-query', lambda: ga.attend(Q.as_nd_ndarray(), K), TypeError,
+     ['query must be an mx.np array', "query='NDArray'"]),
     ('mask3d-sizes-not-a-list', lambda: mask3d(V, 3), TypeError, ['3']),
     ('mask3d-sizes-negative', lambda: mask3d(V, [2, -1]), ValueError, ['-1']),
     ('fill_context_mask-mask-rank-2',
@@ -491,6 +512,17 @@ BAD = [
     ('Attend-feature-sizes-differ',
      lambda: initialized(Attend(4))(Q, rand(2, 5, 6), ints([3, 3]), ints([5, 5])),
      ValueError, ['(2, 5, 6)']),
+    ('DecomposableAttention-without-lengths', lambda: _nli()(ints([[1, 2]]), ints([[1, 2]])),
+     TypeError, ['DecomposableAttention must be called with (premise, hypothesis, '
+                 'premise_valid_length, hypothesis_valid_length)',
+                 'missing premise_valid_length, hypothesis_valid_length',
+                 'number of inputs=2']),
+    ('DecomposableAttention-hybridized-without-hypothesis_valid_length',
+     lambda: _nli(hybridize=True)(ints([[1, 2]]), ints([[1, 2]]), ints([2])), TypeError,
+     ['missing hypothesis_valid_length', 'number of inputs=3']),
+    ('DecomposableAttention-premise_valid_length-above-length',
+     lambda: _nli()(ints([[1, 2]]), ints([[1, 2]]), ints([3]), ints([2])), ValueError,
+     ['premise_valid_length must lie in [0, 2]', 'premise_valid_length=[3]']),
     ('DecomposableAttention-token-id-above-vocab',
      lambda: _nli()(ints([[1, 2, 150]]), ints([[1, 2]]), ints([3]), ints([2])), ValueError,
      ['token ids must lie in [0, 100)', '(1, 150)']),
@@ -567,6 +599,9 @@ BAD = [
         None, None, None, [], None, {'seed': 0}), TypeError,
      ['config must be a StepConfig', "Received: config='dict'"]),
     ('import_block-missing-files', lambda: import_block('none'), ValueError, ['none']),
+    ('load-float16-into-graph-exported-from-float32', lambda: _exported_dense()(
+        np.ones((1, 3), dtype='float16')), TypeError,
+     ['input x of the exported graph must be a float32 array', "x.dtype='float16'"]),
     ('export_block-names-and-dtypes-differ',
      lambda: export_block(ga.DotProductAttention(), 'x', ['a', 'b'], ['float32']),
      ValueError, ["['a', 'b']"]),

@@ -159,13 +159,24 @@ def test_command_converts_and_refuses(files, tmp_path, capsys):
     done = _command(*common, '--params', str(files / 'squad.params'), '--output-dir',
                     str(tmp_path / 'ok'))
     assert done.returncode == 0, done.stderr
-    assert 'head span, tokenizer True' in done.stdout
+    assert 'wrote {}: encoder, span head, tokenizer\n'.format(tmp_path / 'ok') in done.stdout
     assert '"do_lower_case": false' in (tmp_path / 'ok' / 'tokenizer_config.json').read_text()
+    umask = os.umask(0o22)
+    os.umask(umask)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / 'ok').iterdir()}
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes      # as open() makes them
     from gluon_attention.__main__ import main  # pylint: disable=import-outside-toplevel
     assert main(['convert', *common, '--params', str(files / 'roberta.params'), '--output-dir',
                  str(tmp_path / 'no')]) == 2
-    assert "missing: ['token_type_embed.0.weight']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "missing: ['token_type_embed.0.weight']" in err and 'in sizes' in err
+    assert '--sizes num_layers=4,units=256' in err and err.endswith('\n')
     assert not (tmp_path / 'no').exists()
+    heads = common[:-3] + ['--sizes', sizes.replace('num_heads=2', 'num_heads=5'), '--cased']
+    assert main(['convert', *heads, '--params', str(files / 'bert.params'), '--output-dir',
+                 str(tmp_path / 'no')]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: num_heads must divide units') and err.endswith('units=16\n')
 
 
 @pytest.mark.parametrize('sizes, item', [('units', 'units'), ('units=abc', 'units=abc'),

@@ -108,7 +108,7 @@ def test_nli_classifier_checks_lengths_when_hybridized(mode):
     hybridize_mode(block, mode)
     premise, hypothesis = _ids(2, 3), _ids(2, 4)
     block(premise, hypothesis, ints([3, 2]), ints([4, 1]))
-    with pytest.raises(ValueError, match=r'Received: valid_length_hypothesis=\[5, 1\]'):
+    with pytest.raises(ValueError, match=r'Received: hypothesis_valid_length=\[5, 1\]'):
         block(premise, hypothesis, ints([3, 2]), ints([5, 1]))
 
 

@@ -150,11 +150,11 @@ def test_masks_are_built_from_lengths_on_the_right_axes():
 
 
 @pytest.mark.parametrize('args, message', [
-    (lambda p, h: (p, h, lengths([[2], [3]]), lengths([1, 1])), 'valid_length_premise must have rank 1'),
+    (lambda p, h: (p, h, lengths([[2], [3]]), lengths([1, 1])), 'premise_valid_length must have rank 1'),
     (lambda p, h: (p, h[:1], lengths([2, 3]), lengths([1, 1])), 'batch sizes must agree'),
-    (lambda p, h: (p, h, lengths([2, 7]), lengths([1, 1])), 'valid_length_premise must lie in [0, 6]'),
+    (lambda p, h: (p, h, lengths([2, 7]), lengths([1, 1])), 'premise_valid_length must lie in [0, 6]'),
     (lambda p, h: (p, h, lengths([2, 3]), lengths([1.5, 1], 'float32')), 'must hold integers'),
-    (lambda p, h: (p, h, lengths([2, 3]), None), 'valid_length_hypothesis is required'),
+    (lambda p, h: (p, h, lengths([2, 3]), None), 'hypothesis_valid_length is required'),
 ])
 def test_bad_inputs_raise_clear_errors(args, message):
     """Wrong length shapes, batch sizes, out-of-range or fractional lengths are refused."""
