@@ -19,7 +19,7 @@ __all__ = ['LOCK_NAME', 'hold_run_lock', 'release_run_locks']
 #: The lock file's name in the output folder (its content is the holder's process id).
 LOCK_NAME = '.run.lock'
 
-_HELD = {}      # absolute folder -> (the open lock file, whether locking created the folder)
+_HELD = {}      # absolute folder -> (the open lock file, whether locking created the folder, shared)
 
 
 def hold_run_lock(folder):
@@ -61,16 +61,20 @@ def hold_run_lock(folder):
         handle.truncate(0)
         handle.write(str(os.getpid()))
         handle.flush()
-    _HELD[key] = handle, created
+    _HELD[key] = handle, created, shared
     return path
 
 
 def release_run_locks():
-    """Release every lock this process holds (a run that returned; another may start there). A
-    folder the lock created that holds nothing else (a run refused before it wrote) is removed."""
+    """Release every lock this process holds (a run that returned; another may start there). An
+    exclusive lock's file is removed while still held, so a finished or refused run leaves its
+    folder as it found it; a folder the lock created that holds nothing else is removed."""
     while _HELD:
-        folder, (handle, created) = _HELD.popitem()
-        handle.close()
-        if created and os.listdir(folder) == [LOCK_NAME]:
+        folder, (handle, created, shared) = _HELD.popitem()
+        if not shared:
             os.remove(handle.name)
+        handle.close()
+        if created and os.listdir(folder) in ([], [LOCK_NAME]):
+            if os.listdir(folder):
+                os.remove(handle.name)
             os.rmdir(folder)
