@@ -20,13 +20,14 @@
 //              weight = weight - eta * (lr * mean / (sqrt(var) + epsilon) + wd * weight)
 //            A rescale_grad that is 0 or not finite leaves all three unchanged (MXNet's rule).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernel_api.h"
+#include "parallel.h"
 #include "mxnet/lib_api.h"
 
 using namespace mxnet::ext;
@@ -87,11 +88,11 @@ MXReturnValue forward(const Attrs& attrs, std::vector<MXTensor>* in, std::vector
   float* v = in->at(3).data<float>();
   const long workers = std::max(1L, std::min<long>(ga::num_threads(), n / kMinPerThread));
   const long share = (n + workers - 1) / workers;
-  std::vector<std::thread> pool;
-  for (long t = 1; t < workers; ++t)
-    pool.emplace_back(update, std::cref(p), w, g, m, v, t * share, std::min(n, (t + 1) * share));
-  update(p, w, g, m, v, 0, std::min(n, share));
-  for (auto& th : pool) th.join();
+  std::atomic<long> next(0);  // shares taken in turn: correct with fewer threads than asked
+  ga::parallel(static_cast<int>(workers), [&](int) {
+    for (long t = next++; t < workers; t = next++)
+      update(p, w, g, m, v, t * share, std::min(n, (t + 1) * share));
+  });
   return MX_SUCCESS;
 }
 
