@@ -74,7 +74,8 @@ def release_run_locks():
         if not shared:
             os.remove(handle.name)
         handle.close()
-        if created and os.listdir(folder) in ([], [LOCK_NAME]):
-            if os.listdir(folder):
+        left = os.listdir(folder)
+        if created and left in ([], [LOCK_NAME]):
+            if left:                                    # a shared lock's file
                 os.remove(handle.name)
             os.rmdir(folder)
